@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages haltpolld needs that are missing. Idempotent; silent when
+# everything is present. Usage: scripts/install-deps.sh [--arm64] [--extra]
+#   --arm64  also the arm64 cross toolchain, qemu-user and the :arm64 -dev libraries (multiarch)
+#   --extra  also the tools of the optional checks (clang for fuzzing, spin, liburcu, gnuplot)
+set -euo pipefail
+
+want_arm64=0 want_extra=0
+for a in "$@"; do
+  case "$a" in
+    --arm64) want_arm64=1 ;;
+    --extra) want_extra=1 ;;
+    *) echo "usage: $0 [--arm64] [--extra]" >&2; exit 2 ;;
+  esac
+done
+
+# Host build, tests and benchmarks. liburcu-dev is the baseline bench_hazard compares against;
+# systemd gives systemd-analyze for the unit checks; util-linux gives setpriv for permission tests.
+pkgs=(cmake make g++ pkg-config libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+      catch2 libsystemd-dev liburcu-dev systemd util-linux procps)
+if [ "$want_arm64" = 1 ]; then
+  # Multiarch: the arm64 builds of the compiled libraries come from Debian's own :arm64 packages,
+  # so no x86 library can end up in an arm64 link. Header-only packages (Boost, nlohmann-json,
+  # CLI11, Catch2) are architecture-independent and serve both.
+  pkgs+=(g++-aarch64-linux-gnu qemu-user-static libspdlog-dev:arm64 libfmt-dev:arm64
+         libsystemd-dev:arm64 libboost-dev:arm64 liburcu-dev:arm64)
+fi
+if [ "$want_extra" = 1 ]; then
+  pkgs+=(clang libclang-rt-14-dev spin gnuplot-nox)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+if [ "$want_arm64" = 1 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  $sudo dpkg --add-architecture arm64
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >/dev/null
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,75 @@
+// haltpolld entry point: command line (CLI11) → config → Daemon.
+#include "config.hpp"
+#include "daemon.hpp"
+#include "logging.hpp"
+
+#include "haltpoll/version.hpp"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <iostream>
+
+namespace {
+
+// Exit codes, documented in docs/operations.md and haltpolld(8).
+enum ExitCode : int { ok = 0, runtime_error = 1, usage_error = 2, config_error = 3 };
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"haltpolld: measures guest wake latency and tunes guest halt-polling"};
+  app.set_version_flag("-V,--version", std::string("haltpolld ") + HALTPOLL_VERSION_STRING);
+
+  std::string config_file = "/etc/haltpolld/haltpolld.json";
+  std::string mode, socket_path, sysfs_root, log_level;
+  bool foreground = false, check_config = false;
+  auto* config_opt = app.add_option("-c,--config", config_file, "configuration file")->capture_default_str();
+  app.add_option("--mode", mode, "override mode")->check(CLI::IsMember({"observe", "kernel"}));
+  app.add_option("--socket", socket_path, "override socket.path");
+  app.add_option("--sysfs-root", sysfs_root, "override sysfs_root (a fake tree for tests)");
+  app.add_option("--log-level", log_level, "override log.level")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app.add_flag("-f,--foreground", foreground, "stay in the foreground (haltpolld never forks; accepted for clarity)");
+  app.add_flag("--check-config", check_config, "validate the configuration, print the effective one as JSON and exit");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? ExitCode::ok : ExitCode::usage_error;
+  }
+  (void)foreground;
+
+  haltpolld::Config config;
+  try {
+    config = haltpolld::load_config_file(config_file, config);
+    // Flags override the file; run them through the same validator.
+    nlohmann::json overrides = nlohmann::json::object();
+    if (!mode.empty()) overrides["mode"] = mode;
+    if (!socket_path.empty()) overrides["socket"]["path"] = socket_path;
+    if (!sysfs_root.empty()) overrides["sysfs_root"] = sysfs_root;
+    if (!log_level.empty()) overrides["log"]["level"] = log_level;
+    config = haltpolld::parse_config(overrides.dump(), config);
+  } catch (const haltpolld::ConfigError& e) {
+    std::fprintf(stderr, "haltpolld: %s%s\n", e.what(),
+                 config_opt->count() == 0 ? " (use --config to name another file)" : "");
+    return ExitCode::config_error;
+  }
+
+  if (check_config) {
+    std::cout << haltpolld::to_json(config).dump(2) << '\n';
+    return ExitCode::ok;
+  }
+
+  try {
+    haltpolld::setup_logging(config.log.level);
+    haltpolld::Daemon daemon(config, config_file);
+    return daemon.run();
+  } catch (const std::exception& e) {
+    spdlog::critical("fatal: {}", e.what());
+    return ExitCode::runtime_error;
+  }
+}

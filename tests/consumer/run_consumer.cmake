@@ -1,0 +1,18 @@
+# Installs the build tree into a scratch prefix, then configures, builds and runs a consumer against it.
+file(REMOVE_RECURSE ${WORK_DIR})
+function(run_step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "step failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(STEP_OUT "${out}" PARENT_SCOPE)
+endfunction()
+run_step(${CMAKE_COMMAND} --install ${HALTPOLL_BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+run_step(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build
+  -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_CXX_COMPILER=${CXX})
+run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run_step(${WORK_DIR}/build/consumer)
+if(NOT STEP_OUT MATCHES "haltpoll [0-9]+\\.[0-9]+\\.[0-9]+")
+  message(FATAL_ERROR "consumer printed: ${STEP_OUT}")
+endif()
+message(STATUS "consumer ok: ${STEP_OUT}")
