@@ -3,7 +3,7 @@
 add_library(haltpoll_build_options INTERFACE)
 target_compile_options(haltpoll_build_options INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
-  -Wnull-dereference -Wimplicit-fallthrough)
+  -Wimplicit-fallthrough)
 if(HALTPOLL_WERROR)
   target_compile_options(haltpoll_build_options INTERFACE -Werror)
 endif()
