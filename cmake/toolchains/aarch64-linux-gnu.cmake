@@ -11,7 +11,10 @@ set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
 set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
 
 find_program(HALTPOLL_QEMU_AARCH64 NAMES qemu-aarch64-static qemu-aarch64 REQUIRED)
-set(CMAKE_CROSSCOMPILING_EMULATOR "${HALTPOLL_QEMU_AARCH64};-L;/usr/aarch64-linux-gnu")
+# -L /: the loader and libc come from the multiarch libc6:arm64 (matching the :arm64 -dev packages);
+# the cross toolchain's own libc in /usr/aarch64-linux-gnu can be a different build, and mixing the
+# two makes pthread_create hang under qemu.
+set(CMAKE_CROSSCOMPILING_EMULATOR "${HALTPOLL_QEMU_AARCH64};-L;/")
 
 # Programs from the host; libraries only for the target architecture (multiarch dirs are searched
 # through CMAKE_LIBRARY_ARCHITECTURE); headers and CMake packages from both.
