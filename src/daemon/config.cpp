@@ -2,8 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <array>
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -56,6 +58,46 @@ class ObjectReader {
     for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
     throw ConfigError(child(key), "\"" + s + "\" is not one of: " + list);
   }
+  // An integer in [lo, hi]; floats, negative numbers and booleans are refused.
+  template <class T>
+  void integer(const char* key, T& out, std::uint64_t lo, std::uint64_t hi) {
+    const json* v = member(key);
+    if (!v) return;
+    if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() && v->get<double>() >= 0 &&
+        v->get<double>() < 1.8e19) {
+      // 1e6 written as a float literal: accept when it is a whole number.
+      check_range(key, static_cast<std::uint64_t>(v->get<double>()), lo, hi);
+      out = static_cast<T>(v->get<double>());
+      return;
+    }
+    // Parsed text gives unsigned numbers for non-negative integers; JSON built in code gives signed.
+    if (v->is_number_integer() && !v->is_number_unsigned() && v->get<std::int64_t>() < 0)
+      throw ConfigError(child(key), "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                        "], got " + v->dump());
+    if (!v->is_number_integer())
+      throw ConfigError(child(key), "expected an unsigned integer, got " + std::string(v->type_name()));
+    std::uint64_t x = v->get<std::uint64_t>();
+    check_range(key, x, lo, hi);
+    out = static_cast<T>(x);
+  }
+  void number(const char* key, double& out, double lo, double hi) {
+    const json* v = member(key);
+    if (!v) return;
+    if (!v->is_number()) throw ConfigError(child(key), "expected a number, got " + std::string(v->type_name()));
+    double x = v->get<double>();
+    if (!(x >= lo && x <= hi)) {
+      std::ostringstream o;
+      o << "expected a number in [" << lo << ", " << hi << "], got " << x;
+      throw ConfigError(child(key), o.str());
+    }
+    out = x;
+  }
+  void boolean(const char* key, bool& out) {
+    if (const json* v = member(key)) {
+      if (!v->is_boolean()) throw ConfigError(child(key), "expected true or false, got " + std::string(v->type_name()));
+      out = v->get<bool>();
+    }
+  }
   template <class F>
   void object(const char* key, F&& read) {
     if (const json* v = member(key)) {
@@ -70,6 +112,12 @@ class ObjectReader {
   }
 
  private:
+  void check_range(const char* key, std::uint64_t x, std::uint64_t lo, std::uint64_t hi) const {
+    if (x < lo || x > hi)
+      throw ConfigError(child(key), "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                        "], got " + std::to_string(x));
+  }
+
   const json& j_;
   std::string path_;
   std::set<std::string> seen_;
@@ -87,54 +135,89 @@ std::string format_octal_mode(unsigned m) {
   return o.str();
 }
 
-void validate_cpus(const std::string& s, const std::string& path) {
-  if (s == "all") return;
-  // "0-3,6": comma-separated CPU numbers or ranges a-b with a <= b.
+constexpr unsigned kMaxCpu = 8191;
+
+// "0-3,6": comma-separated CPU numbers or ranges a-b with a <= b. Returns the CPUs in order.
+std::vector<unsigned> parse_cpu_list(const std::string& s, const std::string& path) {
+  auto bad = [&] {
+    throw ConfigError(path, "expected \"all\" or a CPU list such as \"0-3,6\", got \"" + s + "\"");
+  };
+  std::set<unsigned> cpus;
   std::istringstream in(s);
   std::string item;
-  bool any = false;
   while (std::getline(in, item, ',')) {
-    auto bad = [&] { throw ConfigError(path, "expected \"all\" or a CPU list such as \"0-3,6\", got \"" + s + "\""); };
     if (item.empty() || item.find_first_not_of("0123456789-") != std::string::npos) bad();
     auto dash = item.find('-');
-    if (dash == std::string::npos) {
-      if (item.size() > 4) bad();
-    } else {
-      std::string a = item.substr(0, dash), b = item.substr(dash + 1);
-      if (a.empty() || b.empty() || a.size() > 4 || b.size() > 4 || b.find('-') != std::string::npos) bad();
-      if (std::stoul(a) > std::stoul(b)) bad();
-    }
-    any = true;
+    std::string a = dash == std::string::npos ? item : item.substr(0, dash);
+    std::string b = dash == std::string::npos ? item : item.substr(dash + 1);
+    if (a.empty() || b.empty() || a.size() > 4 || b.size() > 4 || b.find('-') != std::string::npos) bad();
+    unsigned lo = static_cast<unsigned>(std::stoul(a)), hi = static_cast<unsigned>(std::stoul(b));
+    if (lo > hi || hi > kMaxCpu) bad();
+    for (unsigned c = lo; c <= hi; ++c) cpus.insert(c);
   }
-  if (!any) throw ConfigError(path, "empty CPU list");
+  if (cpus.empty() || (!s.empty() && s.back() == ',')) bad();
+  return {cpus.begin(), cpus.end()};
 }
+
+void require_absolute(const std::string& value, const char* path, bool allow_empty) {
+  if (value.empty() && allow_empty) return;
+  if (value.empty() || value.front() != '/') throw ConfigError(path, "expected an absolute path");
+  if (value.find('\0') != std::string::npos) throw ConfigError(path, "contains a NUL byte");
+}
+
+constexpr std::uint64_t kMaxWindowNs = 100'000'000;  // 100 ms: far beyond any useful poll window
 
 }  // namespace
 
-Config parse_config(std::string_view text, const Config& base) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    throw ConfigError("", std::string("not valid JSON: ") + e.what());
-  }
+Config apply_config_json(const json& j, const Config& base) {
   Config c = base;
   ObjectReader root(j, "");
   root.string_one_of("mode", [&](const std::string& s) { c.mode = s == "kernel" ? Mode::kernel : Mode::observe; },
                      {"observe", "kernel"});
   root.string("cpus", c.cpus);
-  validate_cpus(c.cpus, "/cpus");
+  if (c.cpus != "all") parse_cpu_list(c.cpus, "/cpus");
   root.string("sysfs_root", c.sysfs_root);
-  if (c.sysfs_root.empty() || c.sysfs_root.front() != '/')
-    throw ConfigError("/sysfs_root", "expected an absolute path");
+  require_absolute(c.sysfs_root, "/sysfs_root", false);
+  root.string("state_dir", c.state_dir);
+  require_absolute(c.state_dir, "/state_dir", true);
   root.object("socket", [&](ObjectReader& r) {
     r.string("path", c.socket.path);
     if (c.socket.path.empty()) throw ConfigError("/socket/path", "must not be empty");
+    // sun_path holds 108 bytes including the terminating NUL.
+    if (c.socket.path.size() > 107) throw ConfigError("/socket/path", "longer than 107 bytes (AF_UNIX limit)");
+    if (c.socket.path.find('\0') != std::string::npos) throw ConfigError("/socket/path", "contains a NUL byte");
     std::string mode = format_octal_mode(c.socket.mode);
     r.string("mode", mode);
     c.socket.mode = parse_octal_mode(mode, "/socket/mode");
     if (c.socket.mode > 0777) throw ConfigError("/socket/mode", "only permission bits (at most 0777) are allowed");
     r.string("admin_group", c.socket.admin_group);
+    r.integer("max_connections", c.socket.max_connections, 1, 4096);
+    r.integer("idle_timeout_ms", c.socket.idle_timeout_ms, 100, 86'400'000);
+  });
+  root.object("pool", [&](ObjectReader& r) {
+    r.string_one_of("policy", [&](const std::string& s) { c.pool.policy = s; }, {"haltpoll", "adaptive"});
+    r.integer("window_cap_ns", c.pool.window_cap_ns, 0, kMaxWindowNs);
+    r.integer("guest_halt_poll_ns", c.pool.guest_halt_poll_ns, 0, kMaxWindowNs);
+    r.integer("guest_halt_poll_grow", c.pool.guest_halt_poll_grow, 0, 1024);
+    r.integer("guest_halt_poll_shrink", c.pool.guest_halt_poll_shrink, 0, 1024);
+    r.integer("guest_halt_poll_grow_start", c.pool.guest_halt_poll_grow_start, 0, kMaxWindowNs);
+    r.boolean("guest_halt_poll_allow_shrink", c.pool.guest_halt_poll_allow_shrink);
+  });
+  root.object("probe", [&](ObjectReader& r) { r.number("rate_hz", c.probe.rate_hz, 0.0, 10000.0); });
+  root.object("tuner", [&](ObjectReader& r) {
+    r.string_one_of("policy", [&](const std::string& s) { c.tuner.policy = s; },
+                    {"static", "latency", "budget", "balanced"});
+    r.integer("interval_ms", c.tuner.interval_ms, 100, 3'600'000);
+    r.integer("target_wake_latency_ns", c.tuner.target_wake_latency_ns, 100, kMaxWindowNs);
+    r.number("max_poll_cpu_percent", c.tuner.max_poll_cpu_percent, 0.0, 100.0);
+    r.integer("min_ns", c.tuner.min_ns, 0, kMaxWindowNs);
+    r.integer("max_ns", c.tuner.max_ns, 0, kMaxWindowNs);
+  });
+  if (c.tuner.min_ns > c.tuner.max_ns)
+    throw ConfigError("/tuner/min_ns", "must not exceed tuner.max_ns (" + std::to_string(c.tuner.max_ns) + ")");
+  root.object("metrics", [&](ObjectReader& r) {
+    r.string("textfile", c.metrics.textfile);
+    require_absolute(c.metrics.textfile, "/metrics/textfile", true);
   });
   root.object("log", [&](ObjectReader& r) {
     r.string_one_of("level", [&](const std::string& s) { c.log.level = s; },
@@ -142,6 +225,16 @@ Config parse_config(std::string_view text, const Config& base) {
   });
   root.finish();
   return c;
+}
+
+Config parse_config(std::string_view text, const Config& base) {
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const json::exception& e) {
+    throw ConfigError("", std::string("not valid JSON: ") + e.what());
+  }
+  return apply_config_json(j, base);
 }
 
 Config load_config_file(const std::string& file, const Config& base) {
@@ -156,8 +249,66 @@ nlohmann::json to_json(const Config& c) {
   return json{{"mode", to_string(c.mode)},
               {"cpus", c.cpus},
               {"sysfs_root", c.sysfs_root},
-              {"socket", {{"path", c.socket.path}, {"mode", format_octal_mode(c.socket.mode)}, {"admin_group", c.socket.admin_group}}},
+              {"state_dir", c.state_dir},
+              {"socket",
+               {{"path", c.socket.path},
+                {"mode", format_octal_mode(c.socket.mode)},
+                {"admin_group", c.socket.admin_group},
+                {"max_connections", c.socket.max_connections},
+                {"idle_timeout_ms", c.socket.idle_timeout_ms}}},
+              {"pool",
+               {{"policy", c.pool.policy},
+                {"window_cap_ns", c.pool.window_cap_ns},
+                {"guest_halt_poll_ns", c.pool.guest_halt_poll_ns},
+                {"guest_halt_poll_grow", c.pool.guest_halt_poll_grow},
+                {"guest_halt_poll_shrink", c.pool.guest_halt_poll_shrink},
+                {"guest_halt_poll_grow_start", c.pool.guest_halt_poll_grow_start},
+                {"guest_halt_poll_allow_shrink", c.pool.guest_halt_poll_allow_shrink}}},
+              {"probe", {{"rate_hz", c.probe.rate_hz}}},
+              {"tuner",
+               {{"policy", c.tuner.policy},
+                {"interval_ms", c.tuner.interval_ms},
+                {"target_wake_latency_ns", c.tuner.target_wake_latency_ns},
+                {"max_poll_cpu_percent", c.tuner.max_poll_cpu_percent},
+                {"min_ns", c.tuner.min_ns},
+                {"max_ns", c.tuner.max_ns}}},
+              {"metrics", {{"textfile", c.metrics.textfile}}},
               {"log", {{"level", c.log.level}}}};
+}
+
+const std::vector<std::string>& restart_only_paths() {
+  static const std::vector<std::string> paths = {
+      "/mode", "/cpus", "/sysfs_root", "/state_dir", "/socket/path", "/socket/mode", "/pool/policy",
+      "/pool/guest_halt_poll_ns", "/pool/guest_halt_poll_grow", "/pool/guest_halt_poll_shrink",
+      "/pool/guest_halt_poll_grow_start", "/pool/guest_halt_poll_allow_shrink"};
+  return paths;
+}
+
+std::vector<std::string> restart_only_differences(const Config& a, const Config& b) {
+  json ja = to_json(a), jb = to_json(b);
+  std::vector<std::string> out;
+  for (const auto& p : restart_only_paths()) {
+    json::json_pointer ptr(p);
+    if (ja.at(ptr) != jb.at(ptr)) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<unsigned> expand_cpus(const std::string& spec, const std::vector<unsigned>& allowed) {
+  if (spec == "all") return allowed;
+  std::vector<unsigned> cpus = parse_cpu_list(spec, "/cpus");
+  for (unsigned cpu : cpus)
+    if (std::find(allowed.begin(), allowed.end(), cpu) == allowed.end())
+      throw ConfigError("/cpus", "CPU " + std::to_string(cpu) + " is not in this process's affinity mask");
+  return cpus;
+}
+
+std::string effective_state_dir(const Config& c) {
+  if (!c.state_dir.empty()) return c.state_dir;
+  auto slash = c.socket.path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return c.socket.path.substr(0, slash);
 }
 
 }  // namespace haltpolld

@@ -1,14 +1,17 @@
 // haltpolld configuration: the typed form of haltpolld.json, its defaults and its validation.
 // Parsing is pure (text in, Config or ConfigError out) so that start-up, SIGHUP, the Reload and
 // SetConfig methods and the fuzzer share one code path; an error names the JSON path and the
-// reason, and the caller keeps its previous Config.
+// reason, and the caller keeps its previous Config. No threads, no shared state: a Config is a
+// plain value that the daemon copies and swaps on its control thread.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace haltpolld {
 
@@ -16,14 +19,46 @@ enum class Mode { observe, kernel };
 
 struct Config {
   Mode mode = Mode::observe;
-  std::string cpus = "all";   // "all" or a list such as "0-3,6"
+  std::string cpus = "all";  // "all" or a list such as "0-3,6"
   std::string sysfs_root = "/";
+  std::string state_dir;     // crash-recovery state; empty: the directory of socket.path
   struct Socket {
     std::string path = "/run/haltpolld/io.haltpolld";
     unsigned mode = 0660;
-    std::string admin_group;  // empty: only uid 0 may change settings
+    std::string admin_group;  // empty: only uid 0 (and the daemon's own uid) may change settings
+    unsigned max_connections = 128;
+    unsigned idle_timeout_ms = 60000;
     friend bool operator==(const Socket&, const Socket&) = default;
   } socket;
+  struct Pool {
+    std::string policy = "haltpoll";  // "haltpoll" | "adaptive"
+    std::uint64_t window_cap_ns = 200000;
+    // The kernel governor's parameters, same names and meaning (drivers/cpuidle/governors/haltpoll.c),
+    // used by the pool's `haltpoll` window policy.
+    std::uint32_t guest_halt_poll_ns = 200000;
+    std::uint32_t guest_halt_poll_grow = 2;
+    std::uint32_t guest_halt_poll_shrink = 2;
+    std::uint32_t guest_halt_poll_grow_start = 50000;
+    bool guest_halt_poll_allow_shrink = true;
+    friend bool operator==(const Pool&, const Pool&) = default;
+  } pool;
+  struct Probe {
+    double rate_hz = 10.0;  // per CPU; 0 disables probing
+    friend bool operator==(const Probe&, const Probe&) = default;
+  } probe;
+  struct Tuner {
+    std::string policy = "balanced";  // static | latency | budget | balanced
+    unsigned interval_ms = 1000;
+    std::uint64_t target_wake_latency_ns = 20000;
+    double max_poll_cpu_percent = 10.0;
+    std::uint64_t min_ns = 0;
+    std::uint64_t max_ns = 400000;
+    friend bool operator==(const Tuner&, const Tuner&) = default;
+  } tuner;
+  struct Metrics {
+    std::string textfile;  // empty: no textfile
+    friend bool operator==(const Metrics&, const Metrics&) = default;
+  } metrics;
   struct Log {
     std::string level = "info";
     friend bool operator==(const Log&, const Log&) = default;
@@ -32,7 +67,7 @@ struct Config {
   friend bool operator==(const Config&, const Config&) = default;
 };
 
-// A refused configuration: `path` is a JSON pointer-like path ("/socket/mode", "" for the root).
+// A refused configuration: `path` is a JSON-pointer-like path ("/socket/mode", "" for the root).
 class ConfigError : public std::runtime_error {
  public:
   ConfigError(std::string path, std::string reason);
@@ -47,11 +82,26 @@ class ConfigError : public std::runtime_error {
 // Parses JSON text (comments allowed) on top of `base`: keys that are absent keep base's value.
 // Throws ConfigError on syntax errors, unknown keys, wrong types and out-of-range values.
 Config parse_config(std::string_view text, const Config& base = Config{});
+// Same, from an already parsed JSON value (SetConfig, command-line overrides).
+Config apply_config_json(const nlohmann::json& j, const Config& base = Config{});
 
 // Reads and parses a file; a file that cannot be read is a ConfigError with an empty path.
 Config load_config_file(const std::string& file, const Config& base = Config{});
 
 nlohmann::json to_json(const Config& c);
 std::string_view to_string(Mode m) noexcept;
+
+// Keys whose new value only takes effect after a restart (socket, CPU set, trees, pool shape).
+// Returns the JSON paths where `a` and `b` differ in such keys.
+std::vector<std::string> restart_only_differences(const Config& a, const Config& b);
+// All restart-only paths, for documentation and GetConfig.
+const std::vector<std::string>& restart_only_paths();
+
+// Expands "all" (from the affinity mask `allowed`) or a list such as "0-3,6" into CPU numbers.
+// A listed CPU outside `allowed` is an error (ConfigError on "/cpus").
+std::vector<unsigned> expand_cpus(const std::string& spec, const std::vector<unsigned>& allowed);
+
+// The directory that holds the lock file and the crash-recovery state.
+std::string effective_state_dir(const Config& c);
 
 }  // namespace haltpolld

@@ -1,30 +1,518 @@
 #include "daemon.hpp"
 
-#include <nlohmann/json.hpp>
+#include "control_server.hpp"
+#include "control_service.hpp"
+#include "controller.hpp"
+#include "instance_lock.hpp"
+#include "logging.hpp"
+#include "metrics.hpp"
+#include "notify.hpp"
+#include "varlink.hpp"
+
+#include "haltpoll/barrier.hpp"
+#include "haltpoll/version.hpp"
+#if HALTPOLLD_HAVE_POOL
+#include "haltpoll/worker_pool.hpp"
+#endif
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include <sched.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <csignal>
+#include <ctime>
+#include <optional>
 
 namespace haltpolld {
 
-Daemon::Daemon(Config config, std::string config_file)
-    : config_(std::move(config)), config_file_(std::move(config_file)), signals_(io_, SIGINT, SIGTERM) {}
+namespace asio = boost::asio;
+using boost::system::error_code;
+using nlohmann::json;
 
-void Daemon::wait_for_signal() {
-  signals_.async_wait([this](const boost::system::error_code& ec, int signo) {
+namespace {
+
+std::vector<unsigned> affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<unsigned> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (unsigned c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+std::uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// Wake-latency buckets of the exposition: 1-2-5 steps from 100 ns to 100 ms. Fixed bounds keep the
+// Prometheus series stable; the pool's own histogram is much finer.
+const std::vector<std::uint64_t>& exposition_bounds() {
+  static const std::vector<std::uint64_t> b = [] {
+    std::vector<std::uint64_t> v;
+    for (std::uint64_t decade = 100; decade <= 100'000'000; decade *= 10)
+      for (std::uint64_t m : {1, 2, 5})
+        if (decade * m <= 100'000'000) v.push_back(decade * m);
+    return v;
+  }();
+  return b;
+}
+
+// Copies the restart-only settings of `running` into `next`, so that a reload changes only what
+// can change live.
+Config keep_restart_only(Config next, const Config& running) {
+  next.mode = running.mode;
+  next.cpus = running.cpus;
+  next.sysfs_root = running.sysfs_root;
+  next.state_dir = running.state_dir;
+  next.socket.path = running.socket.path;
+  next.socket.mode = running.socket.mode;
+  next.pool.policy = running.pool.policy;
+  next.pool.guest_halt_poll_ns = running.pool.guest_halt_poll_ns;
+  next.pool.guest_halt_poll_grow = running.pool.guest_halt_poll_grow;
+  next.pool.guest_halt_poll_shrink = running.pool.guest_halt_poll_shrink;
+  next.pool.guest_halt_poll_grow_start = running.pool.guest_halt_poll_grow_start;
+  next.pool.guest_halt_poll_allow_shrink = running.pool.guest_halt_poll_allow_shrink;
+  return next;
+}
+
+}  // namespace
+
+struct Daemon::Impl final : ControlBackend {
+  Impl(Config c, std::string file, json ov)
+      : config_(std::move(c)),
+        config_file_(std::move(file)),
+        overrides_(std::move(ov)),
+        signals_(io_, SIGINT, SIGTERM, SIGHUP),
+        tick_timer_(io_),
+        watchdog_timer_(io_),
+        registry_(varlink::ServiceInfo{"haltpolld", "haltpolld", HALTPOLL_VERSION_STRING,
+                                       "https://github.com/haltpolld/haltpolld"}) {}
+
+  int run();
+
+  // ControlBackend
+  json status() override;
+  StatsSnapshot stats() override;
+  Config config() const override { return config_; }
+  std::string config_file() const override { return config_file_; }
+  Config set_config(const json& partial) override;
+  ReloadResult reload() override;
+  void reset_stats() override;
+  json decisions(std::size_t limit) override;
+
+ private:
+  void wait_for_signal();
+  void schedule_tick();
+  void schedule_watchdog(std::chrono::microseconds period);
+  void tick();
+  void apply(const Config& next);
+  std::optional<gid_t> admin_gid_of(const Config& c) const;
+  ControllerOptions controller_options(const Config& c) const;
+  ControlServerOptions server_options(const Config& c) const;
+  std::string status_line() const;
+  void write_textfile();
+
+  Config config_;
+  std::string config_file_;
+  json overrides_;
+  asio::io_context io_;
+  asio::signal_set signals_;
+  asio::steady_timer tick_timer_;
+  asio::steady_timer watchdog_timer_;
+  varlink::Registry registry_;
+  std::optional<InstanceLock> lock_;
+  std::unique_ptr<ControlServer> server_;
+#if HALTPOLLD_HAVE_POOL
+  std::unique_ptr<haltpoll::WorkerPool> pool_;
+#endif
+  std::unique_ptr<Controller> controller_;
+  std::vector<unsigned> cpus_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::uint64_t ticks_ = 0;
+  std::uint64_t reloads_ = 0;
+  std::uint64_t reload_failures_ = 0;
+  std::string textfile_error_;
+  // Refreshed every tick, so that GetStats (the hot read) neither locks the controller nor reads sysfs.
+  std::string effective_mode_ = "observe";
+  KernelHaltpollParams kernel_;
+  void refresh_cached_state();
+};
+
+std::optional<gid_t> Daemon::Impl::admin_gid_of(const Config& c) const {
+  if (c.socket.admin_group.empty()) return std::nullopt;
+  auto gid = resolve_group(c.socket.admin_group);
+  if (!gid) throw ConfigError("/socket/admin_group", "no group named \"" + c.socket.admin_group + "\" on this system");
+  return gid;
+}
+
+ControlServerOptions Daemon::Impl::server_options(const Config& c) const {
+  ControlServerOptions o;
+  o.path = c.socket.path;
+  o.mode = c.socket.mode;
+  o.admin_gid = admin_gid_of(c);
+  o.max_connections = c.socket.max_connections;
+  o.idle_timeout_ms = c.socket.idle_timeout_ms;
+  return o;
+}
+
+ControllerOptions Daemon::Impl::controller_options(const Config& c) const {
+  ControllerOptions o;
+  o.sysfs_root = c.sysfs_root;
+  o.state_dir = effective_state_dir(c);
+  o.kernel_mode = c.mode == Mode::kernel;
+  for (unsigned cpu : cpus_) o.cpus.push_back(static_cast<int>(cpu));
+  if (auto p = policy_from_string(c.tuner.policy)) o.tuner.policy = *p;
+  o.tuner.static_ns = c.pool.guest_halt_poll_ns;
+  o.tuner.target_wake_latency_ns = static_cast<double>(c.tuner.target_wake_latency_ns);
+  o.tuner.max_poll_cpu_percent = c.tuner.max_poll_cpu_percent;
+  o.tuner.min_ns = static_cast<std::uint32_t>(c.tuner.min_ns);
+  o.tuner.max_ns = static_cast<std::uint32_t>(c.tuner.max_ns);
+  o.probe_rate_hz = c.probe.rate_hz;
+  o.interval_ms = c.tuner.interval_ms;
+  return o;
+}
+
+void Daemon::Impl::wait_for_signal() {
+  signals_.async_wait([this](const error_code& ec, int signo) {
     if (ec) return;
+    if (signo == SIGHUP) {
+      spdlog::info("received SIGHUP, reloading {}", config_file_);
+      try {
+        auto r = reload();
+        if (!r.restart_required.empty())
+          spdlog::warn("reload: {} keep their running value until a restart", json(r.restart_required).dump());
+      } catch (const ConfigError& e) {
+        // reload() has logged the refusal; the running config stays.
+      }
+      return wait_for_signal();
+    }
     spdlog::info("received {}, stopping", signo == SIGINT ? "SIGINT" : "SIGTERM");
     io_.stop();
   });
 }
 
-int Daemon::run() {
-  spdlog::info("effective config: {}", to_json(config_).dump());
-  spdlog::info("mode {}", to_string(config_.mode));
-  wait_for_signal();
-  io_.run();
-  spdlog::info("stopped");
-  return 0;
+void Daemon::Impl::schedule_tick() {
+  tick_timer_.expires_after(std::chrono::milliseconds(config_.tuner.interval_ms));
+  tick_timer_.async_wait([this](const error_code& ec) {
+    if (ec) return;
+    tick();
+    schedule_tick();
+  });
 }
+
+void Daemon::Impl::schedule_watchdog(std::chrono::microseconds period) {
+  watchdog_timer_.expires_after(period);
+  watchdog_timer_.async_wait([this, period](const error_code& ec) {
+    if (ec) return;
+    // Pinging from the control thread proves that the loop that serves clients and ticks is alive.
+    notify::watchdog();
+    schedule_watchdog(period);
+  });
+}
+
+void Daemon::Impl::refresh_cached_state() {
+  effective_mode_ = std::string(to_string(config_.mode));
+  if (controller_) {
+    json st = controller_->status();
+    if (st.contains("effective_mode") && st["effective_mode"].is_string()) effective_mode_ = st["effective_mode"].get<std::string>();
+  }
+  kernel_ = read_kernel_haltpoll_params(config_.sysfs_root);
+}
+
+void Daemon::Impl::tick() {
+  ++ticks_;
+  if (controller_) {
+    try {
+      controller_->tick();
+    } catch (const std::exception& e) {
+      spdlog::error("tuner tick failed: {}", e.what());
+    }
+  }
+  refresh_cached_state();
+  write_textfile();
+  notify::status(status_line());
+}
+
+void Daemon::Impl::write_textfile() {
+  if (config_.metrics.textfile.empty()) return;
+  std::string err = replace_file_atomically(config_.metrics.textfile, render_prometheus(stats()));
+  if (err != textfile_error_) {
+    // Log a failure once, and its recovery once, not every tick.
+    if (err.empty()) spdlog::info("metrics textfile {} written again", config_.metrics.textfile);
+    else spdlog::warn("metrics textfile: {}", err);
+    textfile_error_ = err;
+  }
+}
+
+std::string Daemon::Impl::status_line() const {
+  std::string mode = std::string(to_string(config_.mode));
+  std::string line = mode + " mode, " + std::to_string(cpus_.size()) + " CPUs";
+  if (controller_) {
+    json s = controller_->status();
+    if (s.contains("effective_mode") && s["effective_mode"].is_string()) line = s["effective_mode"].get<std::string>() + " mode, " + std::to_string(cpus_.size()) + " CPUs";
+    if (s.contains("tuner") && s["tuner"].contains("current_ns")) line += ", tuner at " + s["tuner"]["current_ns"].dump() + " ns";
+  }
+  return line;
+}
+
+void Daemon::Impl::apply(const Config& next) {
+  if (next.log.level != config_.log.level) setup_logging(next.log.level);
+  if (server_) server_->update(server_options(next));
+#if HALTPOLLD_HAVE_POOL
+  if (pool_ && next.pool.window_cap_ns != config_.pool.window_cap_ns) pool_->set_window_cap_ns(next.pool.window_cap_ns);
+#endif
+  bool interval_changed = next.tuner.interval_ms != config_.tuner.interval_ms;
+  if (next.metrics.textfile != config_.metrics.textfile) textfile_error_.clear();
+  Config old = config_;
+  config_ = next;
+  if (controller_ && controller_options(next).tuner != controller_options(old).tuner) controller_->update(controller_options(next));
+  else if (controller_ && (next.probe.rate_hz != old.probe.rate_hz || interval_changed))
+    controller_->update(controller_options(next));
+  if (interval_changed) schedule_tick();
+  refresh_cached_state();
+  spdlog::info("config applied: {}", to_json(config_).dump());
+}
+
+Config Daemon::Impl::set_config(const json& partial) {
+  Config next = apply_config_json(partial, config_);
+  auto diff = restart_only_differences(config_, next);
+  if (!diff.empty()) throw ConfigError(diff.front(), "takes effect only after a restart");
+  (void)admin_gid_of(next);
+  apply(next);
+  return config_;
+}
+
+ReloadResult Daemon::Impl::reload() {
+  notify::reloading();
+  try {
+    Config fresh = load_config_file(config_file_, Config{});
+    fresh = apply_config_json(overrides_, fresh);
+    auto diff = restart_only_differences(config_, fresh);
+    Config next = keep_restart_only(fresh, config_);
+    (void)admin_gid_of(next);
+    apply(next);
+    ++reloads_;
+    notify::ready(status_line());
+    return {config_, diff};
+  } catch (const ConfigError& e) {
+    ++reload_failures_;
+    spdlog::error("reload refused, keeping the running config: {}", e.what());
+    notify::ready(status_line());
+    throw;
+  }
+}
+
+void Daemon::Impl::reset_stats() {
+#if HALTPOLLD_HAVE_POOL
+  if (pool_) pool_->reset_stats();
+#endif
+  spdlog::info("statistics reset");
+}
+
+json Daemon::Impl::decisions(std::size_t limit) {
+  json d = controller_ ? controller_->decisions() : json::array();
+  if (!d.is_array()) return json::array();
+  if (limit > 0 && d.size() > limit) d.erase(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() - limit));
+  return d;
+}
+
+StatsSnapshot Daemon::Impl::stats() {
+  StatsSnapshot s;
+  s.version = HALTPOLL_VERSION_STRING;
+  s.mode = effective_mode_;
+  s.backend = haltpoll::to_string(haltpoll::active_backend());
+  s.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  s.monotonic_ns = monotonic_ns();
+  s.kernel = kernel_;
+  s.tuner_ticks = ticks_;
+  s.config_reloads = reloads_;
+  s.config_reload_failures = reload_failures_;
+  if (server_) {
+    auto c = server_->counters();
+    s.control_connections = c.connections_open;
+    s.control_connections_total = c.connections_total;
+    s.control_requests_total = c.requests_total;
+    s.control_errors_total = c.errors_total;
+    s.control_rejected_total = c.rejected_total;
+  }
+#if HALTPOLLD_HAVE_POOL
+  if (pool_) {
+    s.pin_failures = pool_->pin_failures().size();
+    const auto& bounds = exposition_bounds();
+    for (const haltpoll::WorkerStats& w : pool_->all_stats()) {
+      CpuStats c;
+      c.cpu = static_cast<unsigned>(w.cpu);
+      c.tasks_run = w.tasks_run;
+      c.task_exceptions = w.task_exceptions;
+      c.poll_hits = w.poll_hits;
+      c.poll_misses = w.poll_misses;
+      c.futex_waits = w.futex_waits;
+      c.wakes_without_syscall = w.wakes_without_syscall;
+      c.poll_ns = w.poll_ns;
+      c.window_ns = w.window_ns;
+      c.latency_count = w.latency.count();
+      c.latency_sum_ns = w.latency.sum_ns();
+      c.p50_ns = w.latency.percentile(0.5);
+      c.p90_ns = w.latency.percentile(0.9);
+      c.p99_ns = w.latency.percentile(0.99);
+      c.p999_ns = w.latency.percentile(0.999);
+      std::uint64_t below = 0;
+      for (std::uint64_t b : bounds) {
+        std::uint64_t n = w.latency.count_at_or_below(b);
+        c.latency_buckets.push_back({b, n >= below ? n - below : 0});
+        below = std::max(below, n);
+      }
+      c.latency_buckets.push_back({UINT64_MAX, c.latency_count >= below ? c.latency_count - below : 0});
+      s.cpus.push_back(std::move(c));
+    }
+    return s;
+  }
+#endif
+  for (unsigned cpu : cpus_) {
+    CpuStats c;
+    c.cpu = cpu;
+    s.cpus.push_back(c);
+  }
+  return s;
+}
+
+json Daemon::Impl::status() {
+  json s;
+  s["version"] = HALTPOLL_VERSION_STRING;
+  s["pid"] = ::getpid();
+  s["requested_mode"] = to_string(config_.mode);
+  s["mode"] = to_string(config_.mode);
+  s["mode_reason"] = config_.mode == Mode::observe ? "observe requested by the configuration" : "kernel mode active";
+  json controller = nullptr;
+  if (controller_) {
+    controller = controller_->status();
+    if (controller.contains("effective_mode") && controller["effective_mode"].is_string())
+      s["mode"] = controller["effective_mode"];
+    if (controller.contains("kernel_mode_inactive_reason") && controller["kernel_mode_inactive_reason"].is_string() &&
+        config_.mode == Mode::kernel)
+      s["mode_reason"] = controller["kernel_mode_inactive_reason"];
+  }
+  s["backend"] = haltpoll::to_string(haltpoll::active_backend());
+  s["cpus"] = cpus_;
+  s["uptime_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  s["config_file"] = config_file_;
+  s["kernel"] = to_json(read_kernel_haltpoll_params(config_.sysfs_root));
+  json pool = nullptr;
+#if HALTPOLLD_HAVE_POOL
+  if (pool_) {
+    json failures = json::array();
+    for (const auto& [cpu, why] : pool_->pin_failures()) failures.push_back({{"cpu", cpu}, {"reason", why}});
+    pool = {{"cpus", pool_->cpus()}, {"policy", config_.pool.policy}, {"window_cap_ns", pool_->window_cap_ns()},
+            {"pin_failures", failures}};
+  }
+#endif
+  s["pool"] = pool;
+  s["controller"] = controller;
+  auto c = server_ ? server_->counters() : ControlServerCounters{};
+  s["control"] = {{"socket", config_.socket.path},
+                  {"connections", c.connections_open},
+                  {"requests_total", c.requests_total},
+                  {"max_connections", config_.socket.max_connections}};
+  s["metrics_textfile"] = config_.metrics.textfile.empty() ? json(nullptr) : json(config_.metrics.textfile);
+  if (!textfile_error_.empty()) s["metrics_textfile_error"] = textfile_error_;
+  return s;
+}
+
+int Daemon::Impl::run() {
+  spdlog::info("haltpolld {} starting", HALTPOLL_VERSION_STRING);
+  spdlog::info("effective config: {}", to_json(config_).dump());
+
+  std::string why;
+  auto lock = InstanceLock::acquire(config_.socket.path + ".lock", why);
+  if (!lock) {
+    spdlog::critical("{}", why);
+    return ExitCode::already_running;
+  }
+  lock_.emplace(std::move(*lock));
+
+  ControlServerOptions server_opts;
+  try {
+    cpus_ = expand_cpus(config_.cpus, affinity_cpus());
+    server_opts = server_options(config_);
+  } catch (const ConfigError& e) {
+    spdlog::critical("{}", e.what());
+    return ExitCode::config_error;
+  }
+
+  try {
+#if HALTPOLLD_HAVE_POOL
+    haltpoll::PoolOptions po;
+    for (unsigned cpu : cpus_) po.cpus.push_back(static_cast<int>(cpu));
+    po.policy = config_.pool.policy;
+    po.params.haltpoll.guest_halt_poll_ns = config_.pool.guest_halt_poll_ns;
+    po.params.haltpoll.guest_halt_poll_grow = config_.pool.guest_halt_poll_grow;
+    po.params.haltpoll.guest_halt_poll_shrink = config_.pool.guest_halt_poll_shrink;
+    po.params.haltpoll.guest_halt_poll_grow_start = config_.pool.guest_halt_poll_grow_start;
+    po.params.haltpoll.guest_halt_poll_allow_shrink = config_.pool.guest_halt_poll_allow_shrink;
+    po.window_cap_ns = config_.pool.window_cap_ns;
+    pool_ = std::make_unique<haltpoll::WorkerPool>(po);
+    for (const auto& [cpu, reason] : pool_->pin_failures()) spdlog::warn("worker of CPU {} runs unpinned: {}", cpu, reason);
+    controller_ = std::make_unique<Controller>(controller_options(config_), pool_.get());
+#else
+    spdlog::warn("built without the worker pool: no per-CPU measurements");
+    controller_ = std::make_unique<Controller>(controller_options(config_), static_cast<haltpoll::WorkerPool*>(nullptr));
+#endif
+    controller_->start();
+    register_control_interface(registry_, *this);
+    server_ = std::make_unique<ControlServer>(io_, registry_, server_opts);
+    server_->start();
+  } catch (const std::exception& e) {
+    spdlog::critical("cannot start: {}", e.what());
+    if (controller_) controller_->stop();
+    return ExitCode::runtime_error;
+  }
+
+  refresh_cached_state();
+  wait_for_signal();
+  schedule_tick();
+  if (auto period = notify::watchdog_period()) {
+    spdlog::info("systemd watchdog: pinging every {} ms", period->count() / 1000);
+    notify::watchdog();
+    schedule_watchdog(*period);
+  }
+  write_textfile();
+  spdlog::info("listening on {} ({} CPUs, mode {})", config_.socket.path, cpus_.size(), to_string(config_.mode));
+  notify::ready(status_line());
+
+  io_.run();
+
+  notify::stopping();
+  notify::status("stopping: restoring kernel parameters");
+  if (controller_) {
+    try {
+      controller_->stop();
+    } catch (const std::exception& e) {
+      spdlog::error("restoring the kernel parameters failed: {}", e.what());
+    }
+  }
+  if (server_) server_->stop();
+#if HALTPOLLD_HAVE_POOL
+  if (pool_) pool_->shutdown(haltpoll::ShutdownMode::cancel);
+#endif
+  // A stale textfile would keep reporting the last values as if the daemon still ran.
+  if (!config_.metrics.textfile.empty()) ::unlink(config_.metrics.textfile.c_str());
+  spdlog::info("stopped");
+  return ExitCode::ok;
+}
+
+Daemon::Daemon(Config config, std::string config_file, json overrides)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(config_file), std::move(overrides))) {}
+
+Daemon::~Daemon() = default;
+
+int Daemon::run() { return impl_->run(); }
 
 }  // namespace haltpolld

@@ -1,31 +1,39 @@
-// The haltpolld process: owns the control io_context, the signal handling and (as they land) the
-// pool, the sensor → tuner → actuator loop and the control server. run() returns when a stop
-// signal arrives; everything it changed on the system is put back before it returns.
+// The haltpolld process: takes the single-instance lock, owns the control io_context (one thread:
+// signals, the control server, the tuner tick, the watchdog, the metrics textfile), the worker pool
+// and the Controller (sensor → tuner → actuator). run() returns when SIGINT/SIGTERM arrives; the
+// kernel parameters are restored, the socket removed and the pool stopped before it returns.
+// SIGHUP and the Reload method re-read the config file atomically or keep the running one.
+// Asio stays in daemon.cpp (pimpl) so that this header is cheap to include.
 #pragma once
 
 #include "config.hpp"
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
 
 namespace haltpolld {
 
+// Exit codes of haltpolld, documented in docs/operations.md and haltpolld(8).
+enum ExitCode : int { ok = 0, runtime_error = 1, usage_error = 2, config_error = 3, already_running = 4 };
+
 class Daemon {
  public:
-  explicit Daemon(Config config, std::string config_file = {});
+  // `overrides` are the command-line settings (same shape as the file); they are re-applied on
+  // top of the file at every reload.
+  Daemon(Config config, std::string config_file = {}, nlohmann::json overrides = nlohmann::json::object());
+  ~Daemon();
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
   // Runs until SIGINT/SIGTERM; returns the process exit code.
   int run();
 
- private:
-  void wait_for_signal();
+  struct Impl;
 
-  Config config_;
-  std::string config_file_;
-  boost::asio::io_context io_;
-  boost::asio::signal_set signals_;
+ private:
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace haltpolld

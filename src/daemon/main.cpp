@@ -2,6 +2,7 @@
 #include "config.hpp"
 #include "daemon.hpp"
 #include "logging.hpp"
+#include "simulate.hpp"
 
 #include "haltpoll/version.hpp"
 
@@ -12,14 +13,10 @@
 #include <cstdio>
 #include <iostream>
 
-namespace {
-
-// Exit codes, documented in docs/operations.md and haltpolld(8).
-enum ExitCode : int { ok = 0, runtime_error = 1, usage_error = 2, config_error = 3 };
-
-}  // namespace
+using haltpolld::ExitCode;
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "simulate") return haltpolld::simulate_main(argc - 1, argv + 1);
   CLI::App app{"haltpolld: measures guest wake latency and tunes guest halt-polling"};
   app.set_version_flag("-V,--version", std::string("haltpolld ") + HALTPOLL_VERSION_STRING);
 
@@ -44,15 +41,15 @@ int main(int argc, char** argv) {
   (void)foreground;
 
   haltpolld::Config config;
+  nlohmann::json overrides = nlohmann::json::object();
   try {
     config = haltpolld::load_config_file(config_file, config);
     // Flags override the file; run them through the same validator.
-    nlohmann::json overrides = nlohmann::json::object();
     if (!mode.empty()) overrides["mode"] = mode;
     if (!socket_path.empty()) overrides["socket"]["path"] = socket_path;
     if (!sysfs_root.empty()) overrides["sysfs_root"] = sysfs_root;
     if (!log_level.empty()) overrides["log"]["level"] = log_level;
-    config = haltpolld::parse_config(overrides.dump(), config);
+    config = haltpolld::apply_config_json(overrides, config);
   } catch (const haltpolld::ConfigError& e) {
     std::fprintf(stderr, "haltpolld: %s%s\n", e.what(),
                  config_opt->count() == 0 ? " (use --config to name another file)" : "");
@@ -66,7 +63,7 @@ int main(int argc, char** argv) {
 
   try {
     haltpolld::setup_logging(config.log.level);
-    haltpolld::Daemon daemon(config, config_file);
+    haltpolld::Daemon daemon(config, config_file, overrides);
     return daemon.run();
   } catch (const std::exception& e) {
     spdlog::critical("fatal: {}", e.what());

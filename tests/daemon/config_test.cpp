@@ -56,3 +56,55 @@ TEST_CASE("to_json round-trips through parse_config") {
   c.socket.admin_group = "wheel";
   CHECK(parse_config(haltpolld::to_json(c).dump()) == c);
 }
+
+TEST_CASE("every documented key is accepted and range-checked") {
+  Config c = parse_config(R"({
+    "state_dir": "/var/lib/x",
+    "socket": {"max_connections": 10, "idle_timeout_ms": 1000},
+    "pool": {"policy": "adaptive", "window_cap_ns": 1000, "guest_halt_poll_ns": 1, "guest_halt_poll_grow": 3,
+             "guest_halt_poll_shrink": 0, "guest_halt_poll_grow_start": 5, "guest_halt_poll_allow_shrink": false},
+    "probe": {"rate_hz": 2.5},
+    "tuner": {"policy": "latency", "interval_ms": 200, "target_wake_latency_ns": 5000, "max_poll_cpu_percent": 12.5,
+              "min_ns": 10, "max_ns": 1e6},
+    "metrics": {"textfile": "/tmp/h.prom"}
+  })");
+  CHECK(c.pool.policy == "adaptive");
+  CHECK(c.pool.guest_halt_poll_grow == 3u);
+  CHECK_FALSE(c.pool.guest_halt_poll_allow_shrink);
+  CHECK(c.probe.rate_hz == 2.5);
+  CHECK(c.tuner.max_ns == 1000000u);
+  CHECK(c.metrics.textfile == "/tmp/h.prom");
+  CHECK(parse_config(haltpolld::to_json(c).dump()) == c);
+
+  CHECK(error_path(R"({"socket":{"max_connections":0}})") == "/socket/max_connections");
+  CHECK(error_path(R"({"socket":{"idle_timeout_ms":-5}})") == "/socket/idle_timeout_ms");
+  CHECK(error_path(R"({"pool":{"policy":"magic"}})") == "/pool/policy");
+  CHECK(error_path(R"({"pool":{"window_cap_ns":1e12}})") == "/pool/window_cap_ns");
+  CHECK(error_path(R"({"pool":{"guest_halt_poll_ns":"200000"}})") == "/pool/guest_halt_poll_ns");
+  CHECK(error_path(R"({"pool":{"guest_halt_poll_grow":1.5}})") == "/pool/guest_halt_poll_grow");
+  CHECK(error_path(R"({"pool":{"guest_halt_poll_allow_shrink":"Y"}})") == "/pool/guest_halt_poll_allow_shrink");
+  CHECK(error_path(R"({"probe":{"rate_hz":-1}})") == "/probe/rate_hz");
+  CHECK(error_path(R"({"probe":{"rate_hz":true}})") == "/probe/rate_hz");
+  CHECK(error_path(R"({"tuner":{"policy":"fast"}})") == "/tuner/policy");
+  CHECK(error_path(R"({"tuner":{"interval_ms":10}})") == "/tuner/interval_ms");
+  CHECK(error_path(R"({"tuner":{"max_poll_cpu_percent":101}})") == "/tuner/max_poll_cpu_percent");
+  CHECK(error_path(R"({"tuner":{"min_ns":5,"max_ns":4}})") == "/tuner/min_ns");
+  CHECK(error_path(R"({"tuner":{"target_wake_latency_ns":0}})") == "/tuner/target_wake_latency_ns");
+  CHECK(error_path(R"({"metrics":{"textfile":"rel.prom"}})") == "/metrics/textfile");
+  CHECK(error_path(R"({"metrics":{"port":9100}})") == "/metrics/port");
+  CHECK(error_path(R"({"state_dir":"x"})") == "/state_dir");
+  CHECK(error_path(R"({"socket":{"path":")" + std::string(120, 'a') + R"("}})") == "/socket/path");
+}
+
+TEST_CASE("restart-only keys, CPU expansion and the state directory") {
+  Config a, b;
+  b.cpus = "0";
+  b.tuner.interval_ms = 5000;
+  CHECK(haltpolld::restart_only_differences(a, b) == std::vector<std::string>{"/cpus"});
+  CHECK(haltpolld::expand_cpus("all", {0, 1}) == std::vector<unsigned>{0, 1});
+  CHECK(haltpolld::expand_cpus("1,0", {0, 1}) == std::vector<unsigned>{0, 1});
+  CHECK_THROWS_AS(haltpolld::expand_cpus("0-3", {0, 1}), ConfigError);
+  CHECK(haltpolld::effective_state_dir(a) == "/run/haltpolld");
+  a.state_dir = "/var/lib/h";
+  CHECK(haltpolld::effective_state_dir(a) == "/var/lib/h");
+}

@@ -1,0 +1,43 @@
+// x86 primitives for the timeout barrier: PAUSE, RDTSC and WAITPKG (UMONITOR/UMWAIT).
+//
+// PAUSE tells the core it is in a spin loop (saves power, frees the sibling hyper-thread, avoids
+// the memory-order machine clear on exit); it costs ~10 cycles on older cores and ~40-140 on newer
+// ones, so the barrier calibrates how many fit in a microsecond instead of counting a fixed 200.
+// UMONITOR arms address monitoring of the word's cache line and UMWAIT sleeps in C0.1 until that
+// line is written, an interrupt arrives or the absolute TSC deadline passes (the OS may cap the
+// sleep through IA32_UMWAIT_CONTROL, /sys/devices/system/cpu/umwait_control/max_time). None of
+// these instructions orders memory; the caller re-loads the word with the order it needs.
+#pragma once
+
+#if !(defined(__x86_64__) || defined(__i386__))
+#error "haltpoll/arch/x86.hpp included on a non-x86 target"
+#endif
+
+#include <atomic>
+#include <cstdint>
+
+namespace haltpoll::arch::x86 {
+
+inline void cpu_relax() noexcept { __builtin_ia32_pause(); }
+
+// Not serialising on purpose: a deadline check tolerates a few cycles of reordering.
+inline std::uint64_t read_counter() noexcept { return __builtin_ia32_rdtsc(); }
+
+// UMWAIT control: bit 0 set selects C0.1 (faster wake-up, less saving) over C0.2; a barrier
+// waits for a hand-off, so wake-up latency is what matters.
+inline constexpr unsigned kUmwaitC01 = 1U;
+
+// Waits until the word's cache line is written, an interrupt, or TSC `deadline`; returns without
+// sleeping when `still_waiting()` is false once the monitor is armed (the store already happened).
+// Only call when CPUID.7.0:ECX[5] (WAITPKG) is set: the instructions fault otherwise.
+template <class T, class StillWaiting>
+__attribute__((target("waitpkg"))) inline void umonitor_wait(const std::atomic<T>& word, StillWaiting& still_waiting,
+                                                           std::uint64_t deadline) noexcept {
+  // const_cast only to satisfy the builtin's signature: UMONITOR reads the address, never writes.
+  __builtin_ia32_umonitor(const_cast<void*>(static_cast<const volatile void*>(&word)));
+  if (still_waiting()) {
+    __builtin_ia32_umwait(kUmwaitC01, deadline);
+  }
+}
+
+}  // namespace haltpoll::arch::x86

@@ -1,0 +1,37 @@
+// Clocks for the timeout barrier: a cheap monotonic nanosecond clock, and the clock contract.
+//
+// A clock is any callable returning std::int64_t nanoseconds on a monotonic scale; a value <= 0
+// means the clock failed and makes the barrier give up. monotonic_ns() is the default: the CPU's
+// own counter (invariant TSC on x86, CNTVCT_EL0 on arm64) scaled to ns and anchored to
+// CLOCK_MONOTONIC at first use, or clock_gettime(CLOCK_MONOTONIC) itself when the counter is not
+// trustworthy (see docs/design.md, "Timeout barrier", for the rule). The source is chosen once, on
+// the first call (which may take ~5 ms to calibrate the TSC), and never changes afterwards, so
+// readings are monotonic within a thread; across threads they are as ordered as the hardware
+// counter is (synchronised TSC / the architectural CNTVCT). Reading a clock orders no memory.
+// The environment variable HALTPOLL_CLOCK=tsc|cntvct|clock_gettime overrides the choice.
+#pragma once
+
+#include <cstdint>
+
+namespace haltpoll {
+
+// Nanoseconds, always > 0.
+std::int64_t monotonic_ns() noexcept;
+
+struct MonotonicClock {
+  std::int64_t operator()() const noexcept { return monotonic_ns(); }
+};
+
+enum class ClockSource : std::uint8_t { tsc, cntvct, clock_gettime };
+
+ClockSource clock_source() noexcept;
+const char* clock_source_name() noexcept;  // "tsc", "cntvct", "clock_gettime"
+
+namespace detail {
+// Hardware counter ticks per nanosecond as a 32.32 fixed-point number, or 0 when this machine has
+// no usable counter. Calibrates the TSC on first use even when monotonic_ns() does not use it
+// (WAITPKG deadlines are in TSC ticks).
+std::uint64_t counter_ticks_per_ns_q32() noexcept;
+}  // namespace detail
+
+}  // namespace haltpoll

@@ -1,0 +1,110 @@
+// Window governor: decides how long a worker polls before it parks, from the idle periods it saw.
+//
+// A WindowGovernor owns one WindowPolicy. Before an idle period the worker asks window_ns(); when
+// the period ends (a wake-up arrived) it calls record(idle_ns, window_ns) with how long the period
+// lasted and the window it polled with: a poll *hit* iff idle_ns <= window_ns. Policies are pure
+// state machines: no clocks, no I/O, no threads, no allocation after construction, and record() /
+// window_ns() never throw — they sit on the worker's wake-up path.
+//
+// Policies (make_window_policy spec strings):
+//   "haltpoll"     the kernel's cpuidle haltpoll governor (adjust_poll_limit), bit for bit;
+//   "adaptive"     ski rental with a learned distribution (see docs/design.md, "Window governor");
+//   "static:<ns>"  a fixed window;
+//   "oracle"       evaluation only: told the next idle duration through hint_next_idle_ns().
+//
+// Memory ordering: none. A governor belongs to one worker thread; nothing in it is atomic.
+// Whoever changes the cap from another thread (the pool, the tuner) must hand the new value to the
+// worker (e.g. through an atomic it reads before calling set_cap_ns on its own thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace haltpoll {
+
+// The kernel's module parameters (drivers/cpuidle/governors/haltpoll.c), same names and defaults.
+struct HaltpollParams {
+  std::uint32_t guest_halt_poll_ns = 200000;  // the cap, ns
+  std::uint32_t guest_halt_poll_grow = 2;
+  std::uint32_t guest_halt_poll_shrink = 2;
+  std::uint32_t guest_halt_poll_grow_start = 50000;  // ns
+  bool guest_halt_poll_allow_shrink = true;
+};
+
+// Knobs of the adaptive policy. The defaults were chosen on the evaluation traces (bench/gen_traces,
+// scripts/policy-table.sh) and are explained in docs/design.md.
+struct AdaptiveParams {
+  // Weight of an idle period halves after this many newer periods. Short enough to follow a phase
+  // change within a few dozen wake-ups, long enough that a bimodal mix is seen as a mix.
+  std::uint32_t adaptive_half_life = 32;
+  // The window is recomputed (O(buckets)) after every miss and at least every this many records.
+  std::uint32_t adaptive_recompute_every = 8;
+  // Largest share (in per mille) of idle time the expected polling may take, hits included.
+  // 1000 = no budget beyond the cap; the tuner lowers it when the CPU budget is tight.
+  std::uint32_t adaptive_budget_permille = 1000;
+  // A longer window must save at least this much (per mille of the current cost) before the
+  // policy moves to it; a little hysteresis keeps the window from flapping between two near-equal
+  // candidates.
+  std::uint32_t adaptive_hysteresis_permille = 10;
+};
+
+struct PolicyParams {
+  HaltpollParams haltpoll;
+  // What a miss (poll timed out, the worker parked, the wake-up went through the futex) costs
+  // beyond the polling itself, in CPU-equivalent ns. The pool measures it; 30 µs is a KVM guest.
+  std::uint64_t miss_cost_ns = 30000;
+  AdaptiveParams adaptive;
+};
+
+// Sets one parameter by name ("guest_halt_poll_ns", ..., "miss_cost_ns", "adaptive_half_life", ...)
+// from its text form; bools accept Y/N, 1/0, true/false. Throws std::invalid_argument naming the key
+// and the reason (unknown key, not a number, out of range).
+void set_policy_param(PolicyParams& params, std::string_view key, std::string_view value);
+// The names set_policy_param accepts, in documentation order.
+std::vector<std::string> policy_param_names();
+
+class WindowPolicy {
+ public:
+  WindowPolicy() = default;
+  WindowPolicy(const WindowPolicy&) = delete;
+  WindowPolicy& operator=(const WindowPolicy&) = delete;
+  virtual ~WindowPolicy() = default;
+
+  // Window to poll for in the next idle period, ns (0 = park at once).
+  virtual std::uint64_t window_ns() const noexcept = 0;
+  // One idle period ended: it lasted idle_ns and was polled with window_ns (hit iff idle_ns <= window_ns).
+  virtual void record(std::uint64_t idle_ns, std::uint64_t window_ns) noexcept = 0;
+  // Upper bound on the window (the pool's cap; for "haltpoll" it is guest_halt_poll_ns).
+  virtual void set_cap_ns(std::uint64_t cap_ns) noexcept = 0;
+  virtual std::uint64_t cap_ns() const noexcept = 0;
+  // The measured miss cost changed (only cost-aware policies use it).
+  virtual void set_miss_cost_ns(std::uint64_t) noexcept {}
+  // The length of the coming idle period (only "oracle" uses it).
+  virtual void hint_next_idle_ns(std::uint64_t) noexcept {}
+  virtual const char* name() const noexcept = 0;
+};
+
+// spec: "haltpoll" | "adaptive" | "static:<ns>" | "oracle". Throws std::invalid_argument.
+std::unique_ptr<WindowPolicy> make_window_policy(std::string_view spec, const PolicyParams& params = {});
+
+// One per worker; owns its policy.
+class WindowGovernor {
+ public:
+  explicit WindowGovernor(std::unique_ptr<WindowPolicy> p);
+  explicit WindowGovernor(std::string_view spec, const PolicyParams& params = {});
+
+  std::uint64_t window_ns() const noexcept { return policy_->window_ns(); }
+  void record(std::uint64_t idle_ns, std::uint64_t window_ns) noexcept { policy_->record(idle_ns, window_ns); }
+  void set_cap_ns(std::uint64_t cap_ns) noexcept { policy_->set_cap_ns(cap_ns); }
+  void set_miss_cost_ns(std::uint64_t miss_cost_ns) noexcept { policy_->set_miss_cost_ns(miss_cost_ns); }
+  void hint_next_idle_ns(std::uint64_t idle_ns) noexcept { policy_->hint_next_idle_ns(idle_ns); }
+  const WindowPolicy& policy() const noexcept { return *policy_; }
+
+ private:
+  std::unique_ptr<WindowPolicy> policy_;
+};
+
+}  // namespace haltpoll

@@ -1,0 +1,140 @@
+// WorkerPool: one worker thread per CPU, pinned, each with its own task queue, Parker and window
+// governor. A task submitted to a worker that is polling starts after a cache-line hand-off; one
+// submitted to a parked worker pays a futex wake. Each worker learns how long to poll from its
+// own idle periods (WindowGovernor), bounded by a cap that can be changed at run time.
+//
+// Worker loop: take every queued task and run them in submission order, recording submit→start
+// latency; when the queue is empty, poll for min(governor window, cap) and then park; tell the
+// governor how long the idle period lasted (park to the submit time of the task that ended it)
+// and whether the poll hit; on the park path, measure the wake-up penalty (the miss cost).
+//
+// Concurrency contract:
+//  - submit() may be called from any thread, including from tasks; it never blocks.
+//  - Everything the submitter wrote before submit() happens-before the task starts (the queue's
+//    release push / acquire take, backed by the Parker's own release/acquire pair). Tasks on one
+//    worker run one at a time, in the order their pushes took effect; none between workers.
+//  - Statistics are written only by their worker (relaxed single-writer atomics) and may be read by
+//    any thread at any time without locks; a read is a consistent-enough snapshot (each counter is
+//    exact, counters may be from slightly different instants). reset_stats() keeps a baseline on the
+//    reader side, so the workers never see it.
+//  - Shutdown (and the destructor) must not be called from one of the pool's own tasks, and
+//    thread_cpu_ns() not concurrently with shutdown.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "haltpoll/governor.hpp"
+#include "haltpoll/latency_histogram.hpp"
+#include "haltpoll/unique_function.hpp"
+
+namespace haltpoll {
+
+using Task = UniqueFunction<void()>;
+
+struct PoolOptions {
+  // CPUs to run a worker on. Empty = every CPU of the calling thread's affinity mask
+  // (sched_getaffinity), which follows cgroup cpusets and taskset.
+  std::vector<int> cpus;
+  // Window policy of every worker: "haltpoll" | "adaptive" | "static:<ns>" (see governor.hpp).
+  std::string policy = "adaptive";
+  PolicyParams params;
+  // Upper bound on any worker's poll window, ns. 200 µs is the kernel's guest_halt_poll_ns default.
+  std::uint64_t window_cap_ns = 200000;
+  // Feed each worker's governor the park-path wake penalty it measures (an average of wake time
+  // minus submit time over its futex wakes) as the miss cost, instead of params.miss_cost_ns,
+  // which then only seeds the average. The penalty depends on the machine (≈ 10-60 µs on a KVM
+  // guest without host polling, a few µs on bare metal), so measuring beats guessing.
+  bool measure_miss_cost = true;
+};
+
+enum class SubmitOutcome : std::uint8_t {
+  rejected,      // the pool is shutting down, or there is no worker for that CPU
+  queued,        // the worker was running (or already notified): it will find the task itself
+  woke_polling,  // the worker was polling: no system call
+  woke_parked,   // the worker was parked: FUTEX_WAKE
+};
+
+enum class ShutdownMode : std::uint8_t {
+  // Every task accepted before shutdown() began runs to completion; submit() is rejected from the
+  // moment shutdown() begins (this includes tasks submitted by the tasks being drained).
+  drain,
+  // Tasks already running finish; tasks still queued are destroyed without running (counted in
+  // tasks_cancelled); submit() is rejected from the moment shutdown() begins.
+  cancel,
+};
+
+enum class WorkerState : std::uint8_t { running, polling, parked };
+
+struct WorkerStats {
+  int cpu = -1;
+  WorkerState state = WorkerState::running;  // at the time of reading (a hint, for live views)
+  std::uint64_t tasks_run = 0;
+  std::uint64_t task_exceptions = 0;  // tasks that threw (caught; the worker carries on)
+  std::uint64_t tasks_cancelled = 0;  // destroyed unrun by shutdown(cancel)
+  std::uint64_t idle_periods = 0;     // parks that waited (poll_hits + poll_misses)
+  std::uint64_t poll_hits = 0;        // the wake came while polling
+  std::uint64_t poll_misses = 0;      // the window ran out: the worker parked (or was notified just then)
+  std::uint64_t futex_waits = 0;      // FUTEX_WAIT calls (>= poll_misses: spurious wakes)
+  std::uint64_t wakes_without_syscall = 0;  // submitters that found the worker polling
+  std::uint64_t poll_ns = 0;          // CPU time spent polling, hits and misses
+  std::uint64_t wasted_poll_ns = 0;   // polling that ended in a park
+  std::uint64_t idle_ns = 0;          // total length of the idle periods
+  std::uint64_t window_ns = 0;        // the window of the worker's latest park (current)
+  std::uint64_t park_wakes = 0;       // wakes on the park path (the waker called FUTEX_WAKE) that brought a task
+  std::uint64_t park_wake_ns = 0;     // their total wake-up penalty (wake time - submit time)
+  std::uint64_t miss_cost_ns = 0;     // the miss cost the governor uses now (current)
+  LatencyHistogram latency;           // submit→start, ns
+};
+
+class WorkerPool {
+ public:
+  // Starts and pins the workers; returns once every worker has tried to pin itself.
+  // Throws std::invalid_argument for a bad policy spec, an empty or duplicated CPU list.
+  explicit WorkerPool(PoolOptions options = {});
+  ~WorkerPool();  // shutdown(ShutdownMode::drain)
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // Runs task on the worker of `cpu`. The task's exceptions are caught and counted.
+  SubmitOutcome submit(int cpu, Task task);
+  // Picks a worker: a polling one if there is one (cheapest wake), else round robin.
+  SubmitOutcome submit(Task task);
+
+  std::vector<int> cpus() const;
+  // CPUs whose worker could not be pinned, with the reason; those workers run unpinned.
+  std::vector<std::pair<int, std::string>> pin_failures() const;
+
+  // Throws std::out_of_range for a CPU without a worker.
+  WorkerStats stats(int cpu) const;
+  std::vector<WorkerStats> all_stats() const;
+  void reset_stats();
+  // CPU time consumed by the worker thread of `cpu` so far (CLOCK of pthread_getcpuclockid), ns.
+  std::uint64_t thread_cpu_ns(int cpu) const;
+
+  // Both take effect at each worker's next park (published as a hazard-pointer Snapshot; the
+  // workers never lock). They may block for a moment while a worker finishes reading the old
+  // value, so call them from the control plane, not from a task.
+  void set_window_cap_ns(std::uint64_t cap_ns);
+  std::uint64_t window_cap_ns() const;
+  // Switches every worker to a new policy or new parameters; each rebuilds its governor, which
+  // forgets what it had learned. Throws std::invalid_argument (and changes nothing) for a bad spec.
+  void set_policy(std::string_view policy, const PolicyParams& params);
+  std::string policy() const;
+  PolicyParams policy_params() const;
+
+  // Idempotent; the first call decides the mode. Returns once every worker thread has exited.
+  void shutdown(ShutdownMode mode);
+
+ private:
+  struct Worker;
+  struct Shared;
+  std::unique_ptr<Shared> shared_;
+};
+
+}  // namespace haltpoll

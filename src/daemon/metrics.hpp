@@ -1,0 +1,81 @@
+// The daemon's numbers as one plain value (StatsSnapshot), and their two outward forms: the JSON of
+// GetStats/Watch and the Prometheus text exposition (GetMetrics, `haltpollctl metrics`, the
+// node_exporter textfile). The snapshot is taken on the control thread from the pool's counters
+// (which the workers update with relaxed atomics, so a snapshot is per-counter exact but not a
+// cross-counter atomic cut); everything here is pure formatting and unit-tested on its own.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace haltpolld {
+
+struct LatencyBucket {
+  std::uint64_t le_ns;  // upper bound, inclusive; UINT64_MAX = +Inf
+  std::uint64_t count;  // samples in this bucket only (not cumulative)
+};
+
+struct CpuStats {
+  unsigned cpu = 0;
+  std::uint64_t tasks_run = 0;
+  std::uint64_t task_exceptions = 0;
+  std::uint64_t poll_hits = 0;
+  std::uint64_t poll_misses = 0;
+  std::uint64_t futex_waits = 0;
+  std::uint64_t wakes_without_syscall = 0;
+  std::uint64_t poll_ns = 0;    // time spent polling, cumulative
+  std::uint64_t window_ns = 0;  // current poll window
+  // Submit→start latency (the wake latency of this CPU's worker).
+  std::uint64_t latency_count = 0;
+  std::uint64_t latency_sum_ns = 0;
+  std::uint64_t p50_ns = 0, p90_ns = 0, p99_ns = 0, p999_ns = 0;
+  std::vector<LatencyBucket> latency_buckets;
+};
+
+// The five kernel parameters as read from <sysfs_root>/sys/module/haltpoll/parameters.
+struct KernelHaltpollParams {
+  std::optional<std::uint64_t> guest_halt_poll_ns, guest_halt_poll_grow, guest_halt_poll_shrink,
+      guest_halt_poll_grow_start;
+  std::optional<bool> guest_halt_poll_allow_shrink;
+  bool present = false;  // the module directory exists
+};
+KernelHaltpollParams read_kernel_haltpoll_params(const std::string& sysfs_root);
+nlohmann::json to_json(const KernelHaltpollParams& k);
+
+struct StatsSnapshot {
+  std::string version;
+  std::string mode;           // effective mode
+  std::string backend;        // wait backend of the pool
+  double uptime_seconds = 0;
+  std::uint64_t monotonic_ns = 0;  // when taken (CLOCK_MONOTONIC), for client-side rates
+  std::vector<CpuStats> cpus;
+  KernelHaltpollParams kernel;
+  std::uint64_t pin_failures = 0;
+  std::uint64_t tuner_ticks = 0;
+  std::uint64_t config_reloads = 0;
+  std::uint64_t config_reload_failures = 0;
+  std::uint64_t control_connections = 0;  // open now
+  std::uint64_t control_connections_total = 0;
+  std::uint64_t control_requests_total = 0;
+  std::uint64_t control_errors_total = 0;  // error replies sent
+  std::uint64_t control_rejected_total = 0;  // connections refused (limit) or closed (malformed, idle)
+};
+
+// GetStats/Watch payload. `cpu` filters to one CPU (the caller checks that it exists);
+// `histogram` includes each CPU's buckets.
+nlohmann::json stats_to_json(const StatsSnapshot& s, std::optional<unsigned> cpu, bool histogram);
+
+// Prometheus text exposition format 0.0.4: haltpoll_ prefix, base units (seconds), _total counters,
+// a wake-latency histogram per CPU, a gauge per kernel parameter.
+std::string render_prometheus(const StatsSnapshot& s);
+
+// Writes `text` to `path` atomically (temporary file in the same directory, fsync, rename) so that
+// a scraper never reads a half-written file. Returns an empty string or the reason of the failure.
+std::string replace_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace haltpolld

@@ -1,0 +1,83 @@
+#include "haltpoll/latency_histogram.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace haltpoll {
+
+static_assert(LatencyHistogram::index_of(~std::uint64_t{0}) == LatencyHistogram::bucket_count - 1);
+static_assert(LatencyHistogram::upper_bound_of(LatencyHistogram::bucket_count - 1) == ~std::uint64_t{0});
+static_assert(LatencyHistogram::lower_bound_of(LatencyHistogram::index_of(1000)) <= 1000 &&
+              LatencyHistogram::upper_bound_of(LatencyHistogram::index_of(1000)) >= 1000);
+
+namespace {
+constexpr auto relaxed = std::memory_order_relaxed;
+}
+
+std::uint64_t LatencyHistogram::mean_ns() const noexcept {
+  std::uint64_t n = count();
+  return n == 0 ? 0 : sum_ns() / n;
+}
+
+std::uint64_t LatencyHistogram::percentile(double q) const noexcept {
+  // Sum the buckets rather than trusting count_: a reader racing with the writer may see the two
+  // disagree by a sample, and the rank must be reachable within the buckets it sums.
+  std::uint64_t total = 0;
+  for (const auto& b : buckets_) total += b.load(relaxed);
+  if (total == 0) return 0;
+  if (!(q > 0.0)) q = 0.0;  // also maps NaN to 0
+  if (q > 1.0) q = 1.0;
+  auto rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(total)));
+  rank = std::clamp<std::uint64_t>(rank, 1, total);
+  std::uint64_t seen = 0;
+  for (std::size_t i = 0; i < bucket_count; ++i) {
+    seen += buckets_[i].load(relaxed);
+    if (seen >= rank) return std::min(upper_bound_of(i), std::max(max_ns(), lower_bound_of(i)));
+  }
+  return max_ns();
+}
+
+std::uint64_t LatencyHistogram::count_at_or_below(std::uint64_t ns) const noexcept {
+  std::uint64_t n = 0;
+  for (std::size_t i = 0; i < bucket_count && upper_bound_of(i) <= ns; ++i) n += buckets_[i].load(relaxed);
+  return n;
+}
+
+std::vector<LatencyHistogram::Bucket> LatencyHistogram::buckets() const {
+  std::vector<Bucket> out;
+  for_each_bucket([&](std::uint64_t upper, std::uint64_t c) { out.push_back(Bucket{upper, c}); });
+  return out;
+}
+
+void LatencyHistogram::reset() noexcept {
+  for (auto& b : buckets_) b.store(0, relaxed);
+  count_.store(0, relaxed);
+  sum_.store(0, relaxed);
+  max_.store(0, relaxed);
+}
+
+void LatencyHistogram::merge(const LatencyHistogram& other) noexcept {
+  for (std::size_t i = 0; i < bucket_count; ++i) bump(buckets_[i], other.buckets_[i].load(relaxed));
+  bump(count_, other.count());
+  bump(sum_, other.sum_ns());
+  max_.store(std::max(max_ns(), other.max_ns()), relaxed);
+}
+
+void LatencyHistogram::subtract(const LatencyHistogram& baseline) noexcept {
+  auto sat_sub = [](std::atomic<std::uint64_t>& a, std::uint64_t b) {
+    std::uint64_t v = a.load(relaxed);
+    a.store(v > b ? v - b : 0, relaxed);
+  };
+  for (std::size_t i = 0; i < bucket_count; ++i) sat_sub(buckets_[i], baseline.buckets_[i].load(relaxed));
+  sat_sub(count_, baseline.count());
+  sat_sub(sum_, baseline.sum_ns());
+}
+
+void LatencyHistogram::copy_from(const LatencyHistogram& other) noexcept {
+  for (std::size_t i = 0; i < bucket_count; ++i) buckets_[i].store(other.buckets_[i].load(relaxed), relaxed);
+  count_.store(other.count(), relaxed);
+  sum_.store(other.sum_ns(), relaxed);
+  max_.store(other.max_ns(), relaxed);
+}
+
+}  // namespace haltpoll

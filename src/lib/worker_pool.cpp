@@ -1,0 +1,482 @@
+#include "haltpoll/worker_pool.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <latch>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "haltpoll/clock.hpp"
+#include "haltpoll/detail/mpsc_queue.hpp"
+#include "haltpoll/parker.hpp"
+#include "haltpoll/snapshot.hpp"
+
+namespace haltpoll {
+
+namespace {
+
+constexpr auto relaxed = std::memory_order_relaxed;
+
+void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noexcept {
+  counter.store(counter.load(relaxed) + by, relaxed);
+}
+
+std::uint64_t sat_sub(std::uint64_t a, std::uint64_t b) noexcept { return a > b ? a - b : 0; }
+
+struct TaskNode {
+  TaskNode* next = nullptr;
+  std::int64_t submit_ns = 0;
+  Task task;
+};
+
+enum StopState : std::uint32_t { running = 0, stop_drain = 1, stop_cancel = 2 };
+
+std::vector<int> affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+    throw std::runtime_error(std::string("sched_getaffinity: ") + std::strerror(errno));
+  }
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// Empty string on success.
+std::string pin_self_to(int cpu) {
+  if (cpu < 0 || cpu >= CPU_SETSIZE) return "cpu number out of range";
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) return std::strerror(errno);
+  return {};
+}
+
+}  // namespace
+
+// Line layout: the Parker's word (polled by the worker) and the queue head on separate lines. Sharing
+// one line looked cheaper (a submitter RMWs both back to back, the woken worker reads both), but
+// measured 5-10 % slower in bench_pool's ping-pong: the polling worker pulls the line back between
+// the submitter's two RMWs. Submitters' in-flight count is on a line of its own, so that a single
+// submitter keeps it in its cache; the worker-written statistics follow.
+struct WorkerPool::Worker {
+  int cpu = -1;
+  alignas(64) Parker parker;
+  alignas(64) detail::IntrusiveMpscQueue<TaskNode> queue;
+  alignas(64) std::atomic<std::uint32_t> inflight_submits{0};
+  alignas(64) std::atomic<std::uint32_t> stop{running};
+  std::unique_ptr<WindowGovernor> governor;  // built by the constructor, used by the worker only
+
+  // Written by the worker only.
+  std::atomic<std::uint64_t> tasks_run{0}, task_exceptions{0}, tasks_cancelled{0}, idle_periods{0},
+      poll_hits{0}, poll_misses{0}, poll_ns{0}, wasted_poll_ns{0}, idle_ns{0}, window_ns{0}, park_wakes{0},
+      park_wake_ns{0}, miss_cost_ns{0};
+  LatencyHistogram latency;
+
+  // Set before the start latch opens, constant afterwards.
+  std::string pin_error;
+  pthread_t handle{};
+  std::thread thread;
+
+  // Reader side: the values at the last reset_stats(), guarded by Shared::reset_mutex for writers.
+  // Readers copy it under the same mutex; the worker never touches it.
+  WorkerStats baseline;
+
+  WorkerStats raw_stats() const {
+    WorkerStats s;
+    s.cpu = cpu;
+    switch (parker.state()) {
+      case Parker::POLLING: s.state = WorkerState::polling; break;
+      case Parker::PARKED: s.state = WorkerState::parked; break;
+      default: s.state = WorkerState::running; break;
+    }
+    s.tasks_run = tasks_run.load(relaxed);
+    s.task_exceptions = task_exceptions.load(relaxed);
+    s.tasks_cancelled = tasks_cancelled.load(relaxed);
+    s.idle_periods = idle_periods.load(relaxed);
+    s.poll_hits = poll_hits.load(relaxed);
+    s.poll_misses = poll_misses.load(relaxed);
+    s.futex_waits = parker.futex_waits();
+    s.wakes_without_syscall = parker.wakes_without_syscall();
+    s.poll_ns = poll_ns.load(relaxed);
+    s.wasted_poll_ns = wasted_poll_ns.load(relaxed);
+    s.idle_ns = idle_ns.load(relaxed);
+    s.window_ns = window_ns.load(relaxed);
+    s.park_wakes = park_wakes.load(relaxed);
+    s.park_wake_ns = park_wake_ns.load(relaxed);
+    s.miss_cost_ns = miss_cost_ns.load(relaxed);
+    s.latency = latency;
+    return s;
+  }
+};
+
+// What the control plane may change while the workers run. Workers notice a new value through
+// the snapshot's version counter (one acquire load per park) and read it under a hazard guard.
+struct PoolTuning {
+  std::uint64_t window_cap_ns = 0;
+  std::string policy;
+  PolicyParams params;
+  std::uint64_t policy_generation = 0;  // bumped by set_policy: the workers rebuild their governors
+};
+
+struct WorkerPool::Shared {
+  explicit Shared(PoolOptions o)
+      : options(std::move(o)),
+        tuning(std::make_unique<PoolTuning>(PoolTuning{options.window_cap_ns, options.policy, options.params, 0})) {}
+
+  PoolOptions options;
+  Snapshot<PoolTuning> tuning;
+  std::vector<std::unique_ptr<Worker>> workers;  // fixed after construction
+  std::atomic<bool> accepting{true};
+  std::atomic<std::uint64_t> round_robin{0};
+  std::mutex shutdown_mutex;
+  bool shut_down = false;
+  mutable std::mutex reset_mutex;
+
+  Worker* find(int cpu) const noexcept {
+    for (const auto& w : workers) {
+      if (w->cpu == cpu) return w.get();
+    }
+    return nullptr;
+  }
+
+  void run_worker(Worker& w, std::latch& started);
+  // Runs a FIFO list of tasks; the first one starts at first_start_ns. Returns false if the worker
+  // must stop (cancel): the rest of the list has then been destroyed unrun.
+  bool run_tasks(Worker& w, TaskNode* list, std::int64_t first_start_ns) noexcept;
+  SubmitOutcome submit_to(Worker& w, Task&& task);
+};
+
+bool WorkerPool::Shared::run_tasks(Worker& w, TaskNode* list, std::int64_t first_start_ns) noexcept {
+  std::int64_t start = first_start_ns;
+  while (list != nullptr) {
+    TaskNode* node = list;
+    list = node->next;
+    if (w.stop.load(std::memory_order_acquire) == stop_cancel) {
+      delete node;
+      bump(w.tasks_cancelled);
+      continue;
+    }
+    if (start == 0) start = monotonic_ns();
+    w.latency.record(start > node->submit_ns ? static_cast<std::uint64_t>(start - node->submit_ns) : 0);
+    try {
+      node->task();
+    } catch (...) {
+      bump(w.task_exceptions);
+    }
+    bump(w.tasks_run);
+    delete node;
+    start = 0;
+  }
+  return w.stop.load(std::memory_order_acquire) != stop_cancel;
+}
+
+void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
+  w.pin_error = pin_self_to(w.cpu);
+  w.handle = pthread_self();
+  std::uint64_t cap = 0;
+  std::uint64_t tuning_version = ~std::uint64_t{0};
+  std::uint64_t policy_generation = 0;
+  double miss_cost_avg = static_cast<double>(options.params.miss_cost_ns);
+  std::uint64_t miss_cost_set = options.params.miss_cost_ns;
+  w.miss_cost_ns.store(miss_cost_set, relaxed);
+  started.count_down();
+
+  for (;;) {
+    if (TaskNode* list = w.queue.take_all()) {
+      if (!run_tasks(w, list, 0)) break;
+      continue;
+    }
+    if (w.stop.load(std::memory_order_acquire) != running) {
+      // Every push happened before `stop` was set, but possibly after the take_all above:
+      // look once more, and leave only when the queue is final and empty.
+      if (TaskNode* list = w.queue.take_all()) {
+        if (!run_tasks(w, list, 0)) break;
+        continue;
+      }
+      break;
+    }
+
+    if (const std::uint64_t v = tuning.version(); v != tuning_version) {
+      tuning_version = v;
+      auto t = tuning.read();
+      if (t->policy_generation != policy_generation) {
+        // set_policy() validated the spec; only allocation can fail here, and then the worker
+        // keeps its current governor rather than die.
+        try {
+          w.governor = std::make_unique<WindowGovernor>(t->policy, t->params);
+          policy_generation = t->policy_generation;
+          miss_cost_avg = static_cast<double>(t->params.miss_cost_ns);
+          miss_cost_set = t->params.miss_cost_ns;
+          w.miss_cost_ns.store(miss_cost_set, relaxed);
+        } catch (...) {
+        }
+      }
+      cap = t->window_cap_ns;
+      w.governor->set_cap_ns(cap);
+    }
+    WindowGovernor& governor = *w.governor;
+    const std::uint64_t window = std::min<std::uint64_t>({governor.window_ns(), cap, INT64_MAX});
+    w.window_ns.store(window, relaxed);
+
+    ParkInfo info;
+    // false: the worker reached PARKED, so its waker saw PARKED and paid for FUTEX_WAKE (whether
+    // or not this thread got as far as sleeping in the kernel).
+    const bool park_path = !w.parker.park(static_cast<std::int64_t>(window), &info);
+    if (info.already_notified) continue;  // no idle period: a submit raced with the empty check
+
+    // The idle period ends when the work arrived (the first task's submit time), not when this
+    // worker noticed: on the park path the difference is the wake-up penalty, which is the
+    // governor's miss cost and must not be counted twice. (Without a task, e.g. at shutdown, the
+    // wake itself is the end.)
+    TaskNode* list = w.queue.take_all(/*likely_nonempty=*/true);
+    const std::int64_t arrival =
+        list != nullptr ? std::clamp(list->submit_ns, info.start_ns, info.wake_ns) : info.wake_ns;
+    const auto idle = static_cast<std::uint64_t>(arrival - info.start_ns);
+    const auto poll = static_cast<std::uint64_t>(std::max<std::int64_t>(info.poll_ns, 0));
+    bump(w.idle_periods);
+    bump(w.idle_ns, idle);
+    bump(w.poll_ns, poll);
+    if (info.poll_hit) {
+      bump(w.poll_hits);
+      // The barrier may overshoot the window a little; a hit is a hit for the governor.
+      governor.record(std::min(idle, window), window);
+    } else {
+      // The window ran out (the worker parked, or was notified just as it was about to).
+      bump(w.poll_misses);
+      bump(w.wasted_poll_ns, poll);
+      governor.record(std::max(idle, window + 1), window);
+      if (list != nullptr && park_path) {
+        const auto penalty = static_cast<std::uint64_t>(info.wake_ns - arrival);
+        bump(w.park_wakes);
+        bump(w.park_wake_ns, penalty);
+        if (options.measure_miss_cost) {
+          // EWMA with weight 1/16: follows a change within a few dozen misses, ignores one slow wake.
+          miss_cost_avg += (static_cast<double>(penalty) - miss_cost_avg) / 16.0;
+          const auto avg = static_cast<std::uint64_t>(miss_cost_avg);
+          if (avg > miss_cost_set + miss_cost_set / 8 || avg < miss_cost_set - miss_cost_set / 8) {
+            miss_cost_set = avg;
+            governor.set_miss_cost_ns(avg);
+            w.miss_cost_ns.store(avg, relaxed);
+          }
+        }
+      }
+    }
+
+    // Run what woke us right away, reusing the wake timestamp as the first task's start.
+    if (list != nullptr && !run_tasks(w, list, info.wake_ns)) break;
+  }
+}
+
+SubmitOutcome WorkerPool::Shared::submit_to(Worker& w, Task&& task) {
+  // Announce the submit before checking `accepting`; shutdown() clears `accepting` and then waits
+  // for the count to drop to zero. seq_cst on both sides makes this a Dekker pair: either this
+  // load sees false, or shutdown sees the increment and waits for this push and unpark.
+  w.inflight_submits.fetch_add(1, std::memory_order_seq_cst);
+  if (!accepting.load(std::memory_order_seq_cst)) {
+    w.inflight_submits.fetch_sub(1, std::memory_order_release);
+    return SubmitOutcome::rejected;
+  }
+  TaskNode* node;
+  try {
+    node = new TaskNode{nullptr, monotonic_ns(), std::move(task)};
+  } catch (...) {
+    w.inflight_submits.fetch_sub(1, std::memory_order_release);
+    throw;
+  }
+  w.queue.push(node);
+  const WakePath path = w.parker.unpark();
+  w.inflight_submits.fetch_sub(1, std::memory_order_release);
+  switch (path) {
+    case WakePath::poll:
+      return SubmitOutcome::woke_polling;
+    case WakePath::futex:
+      return SubmitOutcome::woke_parked;
+    case WakePath::none:
+      break;
+  }
+  return SubmitOutcome::queued;
+}
+
+namespace {
+PoolOptions validated(PoolOptions options) {
+  if (options.cpus.empty()) options.cpus = affinity_cpus();
+  if (options.cpus.empty()) throw std::invalid_argument("WorkerPool: no CPU to run on");
+  {
+    std::vector<int> sorted = options.cpus;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      throw std::invalid_argument("WorkerPool: a CPU is listed twice");
+    }
+  }
+  WindowGovernor check(options.policy, options.params);  // throws std::invalid_argument
+  return options;
+}
+}  // namespace
+
+WorkerPool::WorkerPool(PoolOptions options) : shared_(std::make_unique<Shared>(validated(std::move(options)))) {
+  Shared& s = *shared_;
+
+  for (int cpu : s.options.cpus) {
+    auto w = std::make_unique<Worker>();
+    w->cpu = cpu;
+    // Built here so that a bad spec throws from the constructor; the thread start hands it over.
+    w->governor = std::make_unique<WindowGovernor>(s.options.policy, s.options.params);
+    s.workers.push_back(std::move(w));
+  }
+  std::latch started(static_cast<std::ptrdiff_t>(s.workers.size()));
+  std::size_t launched = 0;
+  try {
+    for (auto& w : s.workers) {
+      Worker& ref = *w;
+      ref.thread = std::thread([&s, &ref, &started] { s.run_worker(ref, started); });
+      ++launched;
+    }
+  } catch (...) {
+    // Could not start a thread: stop the ones that did start, then report.
+    for (std::size_t i = launched; i < s.workers.size(); ++i) started.count_down();
+    s.accepting.store(false);
+    for (std::size_t i = 0; i < launched; ++i) {
+      s.workers[i]->stop.store(stop_cancel, std::memory_order_release);
+      s.workers[i]->parker.unpark();
+      s.workers[i]->thread.join();
+    }
+    throw;
+  }
+  started.wait();
+}
+
+WorkerPool::~WorkerPool() { shutdown(ShutdownMode::drain); }
+
+SubmitOutcome WorkerPool::submit(int cpu, Task task) {
+  Worker* w = shared_->find(cpu);
+  if (w == nullptr) return SubmitOutcome::rejected;
+  return shared_->submit_to(*w, std::move(task));
+}
+
+SubmitOutcome WorkerPool::submit(Task task) {
+  auto& workers = shared_->workers;
+  const std::size_t n = workers.size();
+  const std::size_t first = static_cast<std::size_t>(shared_->round_robin.fetch_add(1, relaxed) % n);
+  for (std::size_t i = 0; i < n; ++i) {
+    Worker& w = *workers[(first + i) % n];
+    if (w.parker.is_polling()) return shared_->submit_to(w, std::move(task));
+  }
+  return shared_->submit_to(*workers[first], std::move(task));
+}
+
+std::vector<int> WorkerPool::cpus() const {
+  std::vector<int> out;
+  for (const auto& w : shared_->workers) out.push_back(w->cpu);
+  return out;
+}
+
+std::vector<std::pair<int, std::string>> WorkerPool::pin_failures() const {
+  std::vector<std::pair<int, std::string>> out;
+  for (const auto& w : shared_->workers) {
+    if (!w->pin_error.empty()) out.emplace_back(w->cpu, w->pin_error);
+  }
+  return out;
+}
+
+WorkerStats WorkerPool::stats(int cpu) const {
+  const Worker* w = shared_->find(cpu);
+  if (w == nullptr) throw std::out_of_range("WorkerPool::stats: no worker on cpu " + std::to_string(cpu));
+  WorkerStats s = w->raw_stats();
+  std::lock_guard lock(shared_->reset_mutex);
+  const WorkerStats& b = w->baseline;
+  s.tasks_run = sat_sub(s.tasks_run, b.tasks_run);
+  s.task_exceptions = sat_sub(s.task_exceptions, b.task_exceptions);
+  s.tasks_cancelled = sat_sub(s.tasks_cancelled, b.tasks_cancelled);
+  s.idle_periods = sat_sub(s.idle_periods, b.idle_periods);
+  s.poll_hits = sat_sub(s.poll_hits, b.poll_hits);
+  s.poll_misses = sat_sub(s.poll_misses, b.poll_misses);
+  s.futex_waits = sat_sub(s.futex_waits, b.futex_waits);
+  s.wakes_without_syscall = sat_sub(s.wakes_without_syscall, b.wakes_without_syscall);
+  s.poll_ns = sat_sub(s.poll_ns, b.poll_ns);
+  s.wasted_poll_ns = sat_sub(s.wasted_poll_ns, b.wasted_poll_ns);
+  s.idle_ns = sat_sub(s.idle_ns, b.idle_ns);
+  s.park_wakes = sat_sub(s.park_wakes, b.park_wakes);
+  s.park_wake_ns = sat_sub(s.park_wake_ns, b.park_wake_ns);
+  s.latency.subtract(b.latency);
+  return s;
+}
+
+std::vector<WorkerStats> WorkerPool::all_stats() const {
+  std::vector<WorkerStats> out;
+  out.reserve(shared_->workers.size());
+  for (const auto& w : shared_->workers) out.push_back(stats(w->cpu));
+  return out;
+}
+
+void WorkerPool::reset_stats() {
+  std::lock_guard lock(shared_->reset_mutex);
+  for (auto& w : shared_->workers) w->baseline = w->raw_stats();
+}
+
+std::uint64_t WorkerPool::thread_cpu_ns(int cpu) const {
+  const Worker* w = shared_->find(cpu);
+  if (w == nullptr) throw std::out_of_range("WorkerPool::thread_cpu_ns: no worker on cpu " + std::to_string(cpu));
+  clockid_t id;
+  timespec ts{};
+  // After shutdown the thread is gone and its clock with it: report 0 rather than fail.
+  if (!w->thread.joinable() || pthread_getcpuclockid(w->handle, &id) != 0 || clock_gettime(id, &ts) != 0) return 0;
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+void WorkerPool::set_window_cap_ns(std::uint64_t cap_ns) {
+  shared_->tuning.update([cap_ns](PoolTuning& t) { t.window_cap_ns = cap_ns; });
+}
+std::uint64_t WorkerPool::window_cap_ns() const { return shared_->tuning.read()->window_cap_ns; }
+
+void WorkerPool::set_policy(std::string_view policy, const PolicyParams& params) {
+  WindowGovernor check(policy, params);  // throws std::invalid_argument, before anything changes
+  shared_->tuning.update([&](PoolTuning& t) {
+    t.policy = std::string(policy);
+    t.params = params;
+    ++t.policy_generation;
+  });
+}
+std::string WorkerPool::policy() const { return shared_->tuning.read()->policy; }
+PolicyParams WorkerPool::policy_params() const { return shared_->tuning.read()->params; }
+
+void WorkerPool::shutdown(ShutdownMode mode) {
+  Shared& s = *shared_;
+  std::lock_guard lock(s.shutdown_mutex);
+  if (s.shut_down) return;
+  const auto self = std::this_thread::get_id();
+  for (const auto& w : s.workers) {
+    if (w->thread.get_id() == self) throw std::logic_error("WorkerPool::shutdown called from one of its own tasks");
+  }
+  s.accepting.store(false, std::memory_order_seq_cst);
+  for (auto& w : s.workers) {
+    // Submitters that got past the `accepting` check finish their push and unpark; after this
+    // no node can enter the queue any more.
+    while (w->inflight_submits.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+    w->stop.store(mode == ShutdownMode::cancel ? stop_cancel : stop_drain, std::memory_order_release);
+    w->parker.unpark();
+  }
+  for (auto& w : s.workers) {
+    w->thread.join();
+    // cancel: the worker left whatever was still queued; destroy it here, unrun.
+    while (TaskNode* list = w->queue.take_all()) {
+      while (list != nullptr) {
+        TaskNode* next = list->next;
+        delete list;
+        bump(w->tasks_cancelled);
+        list = next;
+      }
+    }
+  }
+  s.shut_down = true;
+}
+
+}  // namespace haltpoll

@@ -1,0 +1,347 @@
+// The timeout barrier's typed suite: every case runs once per (backend, word type); a backend that
+// this machine lacks is reported and skipped. Mirrors the kernel's lib/tests/barrier-timeout-test.c
+// (REFERENCE.md §2) plus a cross-thread wake and an acquire message-passing check.
+#include "haltpoll/barrier.hpp"
+#include "haltpoll/clock.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <thread>
+
+namespace {
+
+using haltpoll::BarrierBackend;
+
+template <BarrierBackend B, class W>
+struct Case {
+  static constexpr BarrierBackend backend = B;
+  using Word = W;
+};
+using SpinU32 = Case<BarrierBackend::spin, std::uint32_t>;
+using SpinU64 = Case<BarrierBackend::spin, std::uint64_t>;
+using PauseU32 = Case<BarrierBackend::x86_pause, std::uint32_t>;
+using PauseU64 = Case<BarrierBackend::x86_pause, std::uint64_t>;
+using WaitpkgU32 = Case<BarrierBackend::x86_waitpkg, std::uint32_t>;
+using WaitpkgU64 = Case<BarrierBackend::x86_waitpkg, std::uint64_t>;
+using WfeU32 = Case<BarrierBackend::arm64_wfe, std::uint32_t>;
+using WfeU64 = Case<BarrierBackend::arm64_wfe, std::uint64_t>;
+using WfetU32 = Case<BarrierBackend::arm64_wfet, std::uint32_t>;
+using WfetU64 = Case<BarrierBackend::arm64_wfet, std::uint64_t>;
+using YieldU32 = Case<BarrierBackend::generic_yield, std::uint32_t>;
+using YieldU64 = Case<BarrierBackend::generic_yield, std::uint64_t>;
+
+#define BARRIER_CASES \
+  SpinU32, SpinU64, PauseU32, PauseU64, WaitpkgU32, WaitpkgU64, WfeU32, WfeU64, WfetU32, WfetU64, YieldU32, YieldU64
+
+// Forces the case's backend for the test's duration and puts the start-up choice back afterwards.
+class BackendScope {
+ public:
+  explicit BackendScope(BarrierBackend b) : ok_(haltpoll::force_backend(b)) {
+    if (!ok_) WARN("backend " << haltpoll::to_string(b) << " not available here: case skipped");
+  }
+  ~BackendScope() { haltpoll::force_backend(haltpoll::default_backend()); }
+  BackendScope(const BackendScope&) = delete;
+  BackendScope& operator=(const BackendScope&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  bool ok_;
+};
+
+// Adds `unit` per call, starting from 0, and counts calls: the kernel test's synthetic clock.
+struct SyntheticClock {
+  std::uint64_t unit;
+  std::uint64_t now = 0;
+  std::int64_t first = 0;
+  std::int64_t last = 0;
+  int calls = 0;
+  std::int64_t operator()() {
+    now += unit;
+    last = static_cast<std::int64_t>(now);  // wraps negative past S64_MAX, as in the kernel
+    if (calls++ == 0) first = last;
+    return last;
+  }
+};
+
+template <class W>
+auto never() {
+  return [](W) { return false; };
+}
+
+constexpr std::int64_t kS64Max = std::numeric_limits<std::int64_t>::max();
+constexpr std::uint64_t kU64Max = std::numeric_limits<std::uint64_t>::max();
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("barrier: negative and out-of-range timeouts load once and never read the clock",
+                   "[barrier]", BARRIER_CASES) {
+  BackendScope scope(TestType::backend);
+  if (!scope.ok()) return;
+  using W = typename TestType::Word;
+  std::atomic<W> word{7};
+  // What -1, ~0, S64_MAX+1 and U64_MAX become after the signed 64-bit cast.
+  const std::array<std::int64_t, 4> timeouts{-1, static_cast<std::int64_t>(~std::uint64_t{0}),
+                                             static_cast<std::int64_t>(std::uint64_t{1} << 63),
+                                             static_cast<std::int64_t>(kU64Max)};
+  for (std::int64_t t : timeouts) {
+    CAPTURE(t);
+    SyntheticClock c{0};
+    CHECK(haltpoll::cond_load_relaxed_timeout(word, never<W>(), c, t) == 7);
+    CHECK(c.calls == 0);
+    SyntheticClock a{0};
+    CHECK(haltpoll::cond_load_acquire_timeout(word, never<W>(), a, t) == 7);
+    CHECK(a.calls == 0);
+  }
+}
+
+TEMPLATE_TEST_CASE("barrier: timeout 0 reads the clock at most once", "[barrier]", BARRIER_CASES) {
+  BackendScope scope(TestType::backend);
+  if (!scope.ok()) return;
+  using W = typename TestType::Word;
+  std::atomic<W> word{1};
+  SyntheticClock c{0};
+  // A zero clock is a failed clock; give it a value so that only the timeout ends the wait.
+  c.now = 1;
+  CHECK(haltpoll::cond_load_relaxed_timeout(word, never<W>(), c, 0) == 1);
+  CHECK(c.calls <= 1);
+  SyntheticClock a{0};
+  a.now = 1;
+  CHECK(haltpoll::cond_load_acquire_timeout(word, never<W>(), a, 0) == 1);
+  CHECK(a.calls <= 1);
+}
+
+TEMPLATE_TEST_CASE("barrier: synthetic clock table", "[barrier]", BARRIER_CASES) {
+  BackendScope scope(TestType::backend);
+  if (!scope.ok()) return;
+  using W = typename TestType::Word;
+  struct Row {
+    std::int64_t timeout;
+    std::uint64_t unit;
+    int min_calls;
+  };
+  const std::array<Row, 6> rows{{
+      {1, std::uint64_t{1} << 28, 1},
+      {std::int64_t{1} << 30, std::uint64_t{1} << 28, 4},
+      {std::numeric_limits<std::int32_t>::max(), std::uint64_t{1} << 28, 8},
+      {static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max()), std::uint64_t{1} << 28, 16},
+      {std::int64_t{1} << 33, std::uint64_t{1} << 28, 32},
+      {kS64Max, std::uint64_t{1} << 58, 32},  // the deadline wraps; the exit comes when `now` wraps <= 0
+  }};
+  for (const Row& r : rows) {
+    CAPTURE(r.timeout, r.unit);
+    std::atomic<W> word{3};
+    for (bool acquire : {false, true}) {
+      CAPTURE(acquire);
+      SyntheticClock c{r.unit};
+      const W v = acquire ? haltpoll::cond_load_acquire_timeout(word, never<W>(), c, r.timeout)
+                          : haltpoll::cond_load_relaxed_timeout(word, never<W>(), c, r.timeout);
+      CHECK(v == 3);
+      CHECK(c.calls >= r.min_calls);
+      if (r.timeout != kS64Max) {
+        REQUIRE(c.calls >= 1);
+        CHECK(c.last - c.first >= r.timeout);
+      } else {
+        CHECK(c.last <= 0);  // ended by the wrapped (failed) clock, not by a bogus deadline
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("barrier: a mocked clock that sets the flag makes the wait succeed", "[barrier]",
+                   BARRIER_CASES) {
+  BackendScope scope(TestType::backend);
+  if (!scope.ok()) return;
+  using W = typename TestType::Word;
+  constexpr std::int64_t kTimeout = 2'000'000;
+  for (bool acquire : {false, true}) {
+    CAPTURE(acquire);
+    std::atomic<W> word{0};
+    std::int64_t start = 0;
+    auto setter = [&]() noexcept {
+      const std::int64_t now = haltpoll::monotonic_ns();
+      if (start == 0) start = now;
+      if (now - start >= kTimeout / 2) word.store(1, std::memory_order_relaxed);
+      return now;
+    };
+    auto is_set = [](W v) { return v == 1; };
+    const W v = acquire ? haltpoll::cond_load_acquire_timeout(word, is_set, setter, kTimeout)
+                        : haltpoll::cond_load_relaxed_timeout(word, is_set, setter, kTimeout);
+    CHECK(v == 1);
+  }
+}
+
+TEMPLATE_TEST_CASE("barrier: a real-clock timeout waits at least the timeout", "[barrier]", BARRIER_CASES) {
+  BackendScope scope(TestType::backend);
+  if (!scope.ok()) return;
+  using W = typename TestType::Word;
+  std::atomic<W> word{5};
+  for (std::int64_t timeout : {std::int64_t{100'000}, std::int64_t{2'000'000}}) {
+    CAPTURE(timeout);
+    // Measured with the clock the barrier was given, so calibration error cannot fake a shortfall.
+    const std::int64_t t0 = haltpoll::monotonic_ns();
+    CHECK(haltpoll::cond_load_relaxed_timeout(word, never<W>(), haltpoll::MonotonicClock{}, timeout) == 5);
+    CHECK(haltpoll::monotonic_ns() - t0 >= timeout);
+    const std::int64_t t1 = haltpoll::monotonic_ns();
+    CHECK(haltpoll::cond_load_acquire_timeout(word, never<W>(), haltpoll::MonotonicClock{}, timeout) == 5);
+    CHECK(haltpoll::monotonic_ns() - t1 >= timeout);
+    // A plain function is a clock too.
+    const std::int64_t t3 = haltpoll::monotonic_ns();
+    CHECK(haltpoll::cond_load_relaxed_timeout(word, never<W>(), haltpoll::monotonic_ns, timeout) == 5);
+    CHECK(haltpoll::monotonic_ns() - t3 >= timeout);
+    // Any callable is a clock: steady_clock measured by steady_clock.
+    auto steady = [] {
+      return static_cast<std::int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::steady_clock::now().time_since_epoch())
+                                           .count());
+    };
+    const std::int64_t t2 = steady();
+    CHECK(haltpoll::cond_load_acquire_timeout(word, never<W>(), steady, timeout) == 5);
+    CHECK(steady() - t2 >= timeout);
+  }
+}
+
+TEMPLATE_TEST_CASE("barrier: a failing clock ends the wait at once", "[barrier]", BARRIER_CASES) {
+  BackendScope scope(TestType::backend);
+  if (!scope.ok()) return;
+  using W = typename TestType::Word;
+  std::atomic<W> word{9};
+  for (std::int64_t bad : {std::int64_t{0}, std::int64_t{-1}, std::numeric_limits<std::int64_t>::min()}) {
+    CAPTURE(bad);
+    int calls = 0;
+    auto failing = [&] {
+      ++calls;
+      return bad;
+    };
+    CHECK(haltpoll::cond_load_relaxed_timeout(word, never<W>(), failing, kS64Max) == 9);
+    CHECK(calls == 1);
+    // Works for a while, then fails: the wait ends at the first failure, whatever the timeout.
+    int later_calls = 0;
+    auto fails_third = [&] {
+      ++later_calls;
+      return later_calls < 3 ? std::int64_t{later_calls} * 1000 : bad;
+    };
+    CHECK(haltpoll::cond_load_acquire_timeout(word, never<W>(), fails_third, kS64Max) == 9);
+    CHECK(later_calls == 3);
+  }
+}
+
+TEMPLATE_TEST_CASE("barrier: a store from another thread ends the wait", "[barrier]", BARRIER_CASES) {
+  BackendScope scope(TestType::backend);
+  if (!scope.ok()) return;
+  using W = typename TestType::Word;
+  std::atomic<W> word{0};
+  // 64-bit words get a value that only fits in 64 bits, so a truncating load would never match.
+  const W target = sizeof(W) == 8 ? static_cast<W>(0x1234567800000001ULL) : W{42};
+  std::thread waker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    word.store(target, std::memory_order_release);
+  });
+  const W v = haltpoll::cond_load_acquire_timeout(
+      word, [&](W x) { return x == target; }, haltpoll::MonotonicClock{}, std::int64_t{10'000'000'000});
+  waker.join();
+  CHECK(v == target);
+}
+
+TEMPLATE_TEST_CASE("barrier: the acquire variant orders the payload after the flag", "[barrier]", BARRIER_CASES) {
+  BackendScope scope(TestType::backend);
+  if (!scope.ok()) return;
+  using W = typename TestType::Word;
+  // Plain (non-atomic) payload: without acquire on the reader's side ThreadSanitizer reports a race,
+  // and a weakly ordered CPU could show a stale payload.
+  constexpr int kRounds = 300;
+  std::array<std::uint64_t, 4> payload{};
+  std::atomic<W> flag{0};
+  std::atomic<W> ack{0};
+  std::thread writer([&] {
+    for (int i = 1; i <= kRounds; ++i) {
+      for (std::uint64_t& p : payload) p = static_cast<std::uint64_t>(i) * 0x9E3779B97F4A7C15ULL;
+      flag.store(static_cast<W>(i), std::memory_order_release);
+      haltpoll::cond_load_acquire_timeout(
+          ack, [&](W a) { return a == static_cast<W>(i); }, haltpoll::MonotonicClock{}, kS64Max);
+    }
+  });
+  int bad = 0;
+  for (int i = 1; i <= kRounds; ++i) {
+    const W v = haltpoll::cond_load_acquire_timeout(
+        flag, [&](W f) { return f == static_cast<W>(i); }, haltpoll::MonotonicClock{}, kS64Max);
+    if (v != static_cast<W>(i)) ++bad;
+    for (std::uint64_t p : payload) bad += p == static_cast<std::uint64_t>(i) * 0x9E3779B97F4A7C15ULL ? 0 : 1;
+    ack.store(static_cast<W>(i), std::memory_order_release);
+  }
+  writer.join();
+  CHECK(bad == 0);
+}
+
+TEST_CASE("barrier: the start-up choice is available and forcing works", "[barrier]") {
+  const auto backends = haltpoll::available_backends();
+  REQUIRE_FALSE(backends.empty());
+  CHECK(backends.front() == haltpoll::default_backend());
+  CHECK(haltpoll::active_backend() == haltpoll::default_backend());
+  CHECK(std::find(backends.begin(), backends.end(), BarrierBackend::spin) != backends.end());
+  CHECK(std::find(backends.begin(), backends.end(), BarrierBackend::generic_yield) != backends.end());
+  for (BarrierBackend b : backends) {
+    CHECK(haltpoll::force_backend(b));
+    CHECK(haltpoll::active_backend() == b);
+  }
+#if defined(__x86_64__)
+  CHECK(std::find(backends.begin(), backends.end(), BarrierBackend::x86_pause) != backends.end());
+  CHECK_FALSE(haltpoll::force_backend(BarrierBackend::arm64_wfe));
+#elif defined(__aarch64__)
+  CHECK_FALSE(haltpoll::force_backend(BarrierBackend::x86_pause));
+#endif
+  CHECK(haltpoll::force_backend(haltpoll::default_backend()));
+  CHECK(haltpoll::relaxes_per_us() >= 1);
+  std::string names;
+  for (BarrierBackend b : backends) names += std::string(haltpoll::to_string(b)) + " ";
+  WARN("barrier backends here: " << names << "(default " << haltpoll::to_string(haltpoll::default_backend())
+                                 << "), clock " << haltpoll::clock_source_name() << ", relaxes/us "
+                                 << haltpoll::relaxes_per_us());
+}
+
+TEST_CASE("barrier: monotonic_ns is positive, monotonic and tracks CLOCK_MONOTONIC's rate", "[barrier][clock]") {
+  const std::string src = haltpoll::clock_source_name();
+  CHECK((src == "tsc" || src == "cntvct" || src == "clock_gettime"));
+  std::int64_t prev = haltpoll::monotonic_ns();
+  CHECK(prev > 0);
+  for (int i = 0; i < 10000; ++i) {
+    const std::int64_t now = haltpoll::monotonic_ns();
+    REQUIRE(now >= prev);
+    prev = now;
+  }
+  // A lower bound only: 20 ms of sleep must read as at least ~20 ms (a 1% rate error allowed).
+  const std::int64_t t0 = haltpoll::monotonic_ns();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(haltpoll::monotonic_ns() - t0 >= 19'800'000);
+}
+
+#if defined(__aarch64__)
+// The LDXR+WFE sequence itself, also where the event stream is missing (qemu-user executes WFE as a
+// yield): safe everywhere because the waker keeps storing until the waiter has seen the value.
+TEST_CASE("barrier: arm64 LDXR+WFE returns on a store", "[barrier][arm64]") {
+  if (!haltpoll::force_backend(BarrierBackend::arm64_wfe)) {
+    haltpoll::detail::force_backend_unchecked(BarrierBackend::arm64_wfe);
+  }
+  std::atomic<std::uint32_t> word{0};
+  std::atomic<bool> seen{false};
+  std::thread waker([&] {
+    std::uint32_t v = 1;
+    while (!seen.load(std::memory_order_acquire)) {
+      word.store(v++, std::memory_order_release);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  const std::uint32_t v = haltpoll::cond_load_acquire_timeout(
+      word, [](std::uint32_t x) { return x >= 3; }, haltpoll::MonotonicClock{}, std::int64_t{10'000'000'000});
+  seen.store(true, std::memory_order_release);
+  waker.join();
+  haltpoll::force_backend(haltpoll::default_backend());
+  CHECK(v >= 3);
+}
+#endif
