@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
         if (d.changed()) ++changes;
         if (i >= ticks / 2) {
           cpu += *o.poll_cpu_percent;
-          p50 += guest.last_latencies().percentile(50);
+          p50 += guest.last_latencies().interpolated_percentile(0.5);
           p90 += *o.wake_latency_ns;
           value += o.current_ns;
           ++n;

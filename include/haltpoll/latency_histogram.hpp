@@ -49,10 +49,18 @@ class LatencyHistogram {
   std::uint64_t sum_ns() const noexcept { return sum_.load(std::memory_order_relaxed); }
   std::uint64_t max_ns() const noexcept { return max_.load(std::memory_order_relaxed); }
   std::uint64_t mean_ns() const noexcept;
+  // Exact mean (sum / count, not truncated to whole ns like mean_ns): a tuner's step may be worth less than 1 ns.
+  double mean() const noexcept;
+  // Mean of the samples up to quantile q (0..1), from bucket midpoints; drops the tail that host
+  // scheduling delays add on a loaded machine and that no poll window can remove. 0 when empty.
+  double trimmed_mean(double q) const noexcept;
 
   // The smallest bucket upper bound at or below which a fraction q (0..1) of the samples lie,
   // clamped to the largest recorded value; 0 when empty. p50 = percentile(0.5), p999 = 0.999.
   std::uint64_t percentile(double q) const noexcept;
+  // Like percentile(q), but interpolated linearly inside the bucket holding that rank, so that a
+  // small shift of the distribution moves the result instead of jumping a bucket width at a time.
+  double interpolated_percentile(double q) const noexcept;
 
   // Samples <= ns, rounded to bucket granularity (for exporters with fixed `le` bounds: counts
   // every bucket whose upper bound is <= ns).

@@ -184,7 +184,7 @@ Decision Controller::tick() {
   if (prober_) {
     // At low probe rates one tick may hold too few samples to judge: carry them over (up to 5 ticks)
     // rather than let the tuner starve.
-    LatencyHistogram& all = carried_probes_;
+    haltpoll::LatencyHistogram& all = carried_probes_;
     for (const auto& c : prober_->drain()) {
       all.merge(c.poll_hit);
       all.merge(c.park_path);
@@ -197,16 +197,16 @@ Decision Controller::tick() {
     obs.probes.samples = all.count();
     obs.latency_samples = all.count();  // so that a carrying tick's reason shows how many there are
     if (enough && all.count() > 0) {
-      obs.probes.p50_ns = all.percentile(50);
-      obs.probes.p99_ns = all.percentile(99);
-      obs.probes.at_percentile_ns = all.percentile(options_.tuner.percentile);
+      obs.probes.p50_ns = all.interpolated_percentile(0.5);
+      obs.probes.p99_ns = all.interpolated_percentile(0.99);
+      obs.probes.at_percentile_ns = all.interpolated_percentile(options_.tuner.percentile / 100.0);
       obs.wake_latency_ns = obs.probes.at_percentile_ns;
       obs.latency_samples = all.count();
-      obs.mean_wake_latency_ns = all.trimmed_mean(99);
+      obs.mean_wake_latency_ns = all.trimmed_mean(0.99);
       obs.latency_source = carried_ticks_ > 1 ? fmt::format("probes ({} ticks)", carried_ticks_) : "probes";
     }
     if (enough) {
-      all.clear();
+      all.reset();
       carried_ticks_ = 0;
     }
   }
@@ -223,7 +223,7 @@ Decision Controller::tick() {
   Decision d = tuner_.decide(obs);
   if (d.changed()) {
     // Samples taken under the old value must not be judged as the new one's.
-    carried_probes_.clear();
+    carried_probes_.reset();
     carried_ticks_ = 0;
     if (t == Target::kernel) {
       auto r = actuator_->set_poll_ns(d.guest_halt_poll_ns);
@@ -357,10 +357,10 @@ nlohmann::json Controller::status() const {
                      {"park_path", c.park_path.count()},
                      {"queued", c.queued},
                      {"rejected", c.rejected},
-                     {"poll_hit_p50_ns", c.poll_hit.percentile(50)},
-                     {"park_path_p50_ns", c.park_path.percentile(50)},
-                     {"p50_ns", all.percentile(50)},
-                     {"p99_ns", all.percentile(99)}});
+                     {"poll_hit_p50_ns", c.poll_hit.interpolated_percentile(0.5)},
+                     {"park_path_p50_ns", c.park_path.interpolated_percentile(0.5)},
+                     {"p50_ns", all.interpolated_percentile(0.5)},
+                     {"p99_ns", all.interpolated_percentile(0.99)}});
     }
     s["probes"] = {{"rate_hz_per_cpu", prober_->rate_hz()}, {"per_cpu", per}};
   } else {

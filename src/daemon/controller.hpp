@@ -87,7 +87,7 @@ class Controller {
   std::string recovery_message_;
   std::uint64_t ticks_ = 0;
   std::vector<PoolCounters> last_pool_;
-  LatencyHistogram carried_probes_;  // probe samples not yet used (fewer than min_latency_samples)
+  haltpoll::LatencyHistogram carried_probes_;  // probe samples not yet used (fewer than min_latency_samples)
   std::uint32_t carried_ticks_ = 0;
   std::optional<Observation> last_obs_;
   std::deque<nlohmann::json> log_;

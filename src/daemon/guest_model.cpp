@@ -55,7 +55,7 @@ void SimulatedGuest::adjust(Cpu& c, std::uint64_t block_ns, std::uint32_t cap) c
 }
 
 Observation SimulatedGuest::run(std::uint64_t duration_ns, std::uint32_t cap_ns, double percentile) {
-  last_.clear();
+  last_.reset();
   std::uniform_real_distribution<double> jitter(0.75, 1.25);
   Observation obs;
   obs.tick = ++tick_;
@@ -91,7 +91,7 @@ Observation SimulatedGuest::run(std::uint64_t duration_ns, std::uint32_t cap_ns,
         adjust(c, block, cap_ns);
         latency = params_.miss_cost_ns;
       }
-      last_.add(static_cast<std::uint64_t>(latency * jitter(rng_)));
+      last_.record(static_cast<std::uint64_t>(latency * jitter(rng_)));
       ++wakes;
       t += idle;
     }
@@ -104,15 +104,15 @@ Observation SimulatedGuest::run(std::uint64_t duration_ns, std::uint32_t cap_ns,
   obs.mean_poll_cpu_percent = sum_cpu / static_cast<double>(cpus_.size());
   obs.total_poll_cpu_percent = sum_cpu;
   obs.wakes_per_second = static_cast<double>(wakes) * 1e9 / static_cast<double>(duration_ns);
-  obs.wake_latency_ns = last_.percentile(percentile);
+  obs.wake_latency_ns = last_.interpolated_percentile(percentile / 100.0);
   obs.latency_samples = last_.count();
   obs.mean_wake_latency_ns = last_.mean();
   obs.steal_percent = params_.steal_percent;
   obs.cpu_source = "model";
   obs.latency_source = "model";
   obs.probes.samples = last_.count();
-  obs.probes.p50_ns = last_.percentile(50);
-  obs.probes.p99_ns = last_.percentile(99);
+  obs.probes.p50_ns = last_.interpolated_percentile(0.5);
+  obs.probes.p99_ns = last_.interpolated_percentile(0.99);
   obs.probes.at_percentile_ns = *obs.wake_latency_ns;
   return obs;
 }

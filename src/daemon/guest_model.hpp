@@ -10,8 +10,9 @@
 // Deterministic for a given seed; single-threaded; no clocks.
 #pragma once
 
-#include "latency_histogram.hpp"
 #include "observation.hpp"
+
+#include <haltpoll/latency_histogram.hpp>
 
 #include <cstdint>
 #include <random>
@@ -62,7 +63,7 @@ class SimulatedGuest {
 
   void set_load(LoadModel load) { load_ = std::move(load); }
   void set_steal_percent(double s) { params_.steal_percent = s; }
-  const LatencyHistogram& last_latencies() const noexcept { return last_; }
+  const haltpoll::LatencyHistogram& last_latencies() const noexcept { return last_; }
   std::uint32_t poll_limit_ns(int cpu) const { return cpus_.at(static_cast<std::size_t>(cpu)).poll_limit; }
 
  private:
@@ -76,7 +77,7 @@ class SimulatedGuest {
   GuestModelParams params_;
   std::vector<Cpu> cpus_;
   std::mt19937_64 rng_;
-  LatencyHistogram last_;
+  haltpoll::LatencyHistogram last_;
   std::uint64_t tick_ = 0;
 };
 

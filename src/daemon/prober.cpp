@@ -22,8 +22,8 @@ struct Prober::State {
       CpuProbes* c = find(*v, cpu);
       if (!c) continue;
       switch (path) {
-        case ProbePath::poll_hit: c->poll_hit.add(ns); break;
-        case ProbePath::park_path: c->park_path.add(ns); break;
+        case ProbePath::poll_hit: c->poll_hit.record(ns); break;
+        case ProbePath::park_path: c->park_path.record(ns); break;
         case ProbePath::queued: ++c->queued; break;
         case ProbePath::rejected: ++c->rejected; break;
       }

@@ -13,7 +13,7 @@
 // from any thread.
 #pragma once
 
-#include "latency_histogram.hpp"
+#include <haltpoll/latency_histogram.hpp>
 
 #include <condition_variable>
 #include <cstdint>
@@ -29,13 +29,13 @@ enum class ProbePath { rejected, queued, poll_hit, park_path };
 
 struct CpuProbes {
   int cpu = 0;
-  LatencyHistogram poll_hit;
-  LatencyHistogram park_path;
+  haltpoll::LatencyHistogram poll_hit;
+  haltpoll::LatencyHistogram park_path;
   std::uint64_t queued = 0;
   std::uint64_t rejected = 0;
 
-  LatencyHistogram all() const {
-    LatencyHistogram h = poll_hit;
+  haltpoll::LatencyHistogram all() const {
+    haltpoll::LatencyHistogram h = poll_hit;
     h.merge(park_path);
     return h;
   }

@@ -12,7 +12,12 @@ static_assert(LatencyHistogram::lower_bound_of(LatencyHistogram::index_of(1000))
 
 namespace {
 constexpr auto relaxed = std::memory_order_relaxed;
+
+double clamp_quantile(double q) noexcept {
+  if (!(q > 0.0)) return 0.0;  // also maps NaN to 0
+  return q > 1.0 ? 1.0 : q;
 }
+}  // namespace
 
 std::uint64_t LatencyHistogram::mean_ns() const noexcept {
   std::uint64_t n = count();
@@ -25,9 +30,7 @@ std::uint64_t LatencyHistogram::percentile(double q) const noexcept {
   std::uint64_t total = 0;
   for (const auto& b : buckets_) total += b.load(relaxed);
   if (total == 0) return 0;
-  if (!(q > 0.0)) q = 0.0;  // also maps NaN to 0
-  if (q > 1.0) q = 1.0;
-  auto rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(total)));
+  auto rank = static_cast<std::uint64_t>(std::ceil(clamp_quantile(q) * static_cast<double>(total)));
   rank = std::clamp<std::uint64_t>(rank, 1, total);
   std::uint64_t seen = 0;
   for (std::size_t i = 0; i < bucket_count; ++i) {
@@ -35,6 +38,46 @@ std::uint64_t LatencyHistogram::percentile(double q) const noexcept {
     if (seen >= rank) return std::min(upper_bound_of(i), std::max(max_ns(), lower_bound_of(i)));
   }
   return max_ns();
+}
+
+double LatencyHistogram::interpolated_percentile(double q) const noexcept {
+  std::uint64_t total = 0;
+  for (const auto& b : buckets_) total += b.load(relaxed);
+  if (total == 0) return 0;
+  const double rank = clamp_quantile(q) * static_cast<double>(total);
+  double seen = 0;
+  for (std::size_t i = 0; i < bucket_count; ++i) {
+    const auto c = static_cast<double>(buckets_[i].load(relaxed));
+    if (c > 0 && seen + c >= rank) {
+      // Bucket i holds the integers lower..upper, i.e. the continuous range [lower, upper + 1).
+      const auto lower = static_cast<double>(lower_bound_of(i));
+      const double width = static_cast<double>(upper_bound_of(i) - lower_bound_of(i)) + 1.0;
+      const double v = lower + (rank - seen) / c * width;
+      return std::min(v, std::max(static_cast<double>(max_ns()), lower));
+    }
+    seen += c;
+  }
+  return static_cast<double>(max_ns());
+}
+
+double LatencyHistogram::mean() const noexcept {
+  std::uint64_t n = count();
+  return n == 0 ? 0.0 : static_cast<double>(sum_ns()) / static_cast<double>(n);
+}
+
+double LatencyHistogram::trimmed_mean(double q) const noexcept {
+  std::uint64_t total = 0;
+  for (const auto& b : buckets_) total += b.load(relaxed);
+  const double keep = clamp_quantile(q) * static_cast<double>(total);
+  double seen = 0, sum = 0;
+  for (std::size_t i = 0; i < bucket_count && seen < keep; ++i) {
+    const double c = std::min(static_cast<double>(buckets_[i].load(relaxed)), keep - seen);
+    if (c <= 0) continue;
+    // Midpoint of the integers lower..upper: exact for the one-value buckets below 16.
+    sum += c * (static_cast<double>(lower_bound_of(i)) + static_cast<double>(upper_bound_of(i))) / 2.0;
+    seen += c;
+  }
+  return seen > 0 ? sum / seen : 0.0;
 }
 
 std::uint64_t LatencyHistogram::count_at_or_below(std::uint64_t ns) const noexcept {

@@ -12,6 +12,7 @@
 #include <thread>
 
 using namespace haltpolld;
+using haltpoll::LatencyHistogram;
 
 namespace {
 
@@ -122,19 +123,19 @@ TEST_CASE("zero rate or no CPUs: start does nothing") {
 
 TEST_CASE("latency histogram: percentiles within a bucket's width, trimmed mean drops the tail") {
   LatencyHistogram h;
-  for (int i = 1; i <= 1000; ++i) h.add(static_cast<std::uint64_t>(i) * 1000);  // 1..1000 µs
+  for (int i = 1; i <= 1000; ++i) h.record(static_cast<std::uint64_t>(i) * 1000);  // 1..1000 µs
   CHECK(h.count() == 1000);
-  CHECK(h.percentile(50) == Approx(500000).epsilon(0.13));
-  CHECK(h.percentile(99) == Approx(990000).epsilon(0.13));
+  CHECK(h.interpolated_percentile(0.5) == Approx(500000).epsilon(0.13));
+  CHECK(h.interpolated_percentile(0.99) == Approx(990000).epsilon(0.13));
   CHECK(h.mean() == Approx(500500));
   LatencyHistogram t;
-  for (int i = 0; i < 990; ++i) t.add(2000);
-  for (int i = 0; i < 10; ++i) t.add(50'000'000);  // scheduling outliers
+  for (int i = 0; i < 990; ++i) t.record(2000);
+  for (int i = 0; i < 10; ++i) t.record(50'000'000);  // scheduling outliers
   CHECK(t.mean() > 400000);
-  CHECK(t.trimmed_mean(99) < 2500);
+  CHECK(t.trimmed_mean(0.99) < 2500);
   for (std::uint64_t v : {0ull, 1ull, 15ull, 16ull, 17ull, 1000ull, 123456789ull, 1ull << 40}) {
-    const int i = LatencyHistogram::index(v);
-    CHECK(LatencyHistogram::lower(i) <= v);
-    CHECK(v < LatencyHistogram::upper(i));
+    const std::size_t i = LatencyHistogram::index_of(v);
+    CHECK(LatencyHistogram::lower_bound_of(i) <= v);
+    CHECK(v <= LatencyHistogram::upper_bound_of(i));
   }
 }

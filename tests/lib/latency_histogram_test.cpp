@@ -126,3 +126,42 @@ TEST_CASE("latency histogram: readers race with the single writer", "[histogram]
   CHECK(bad.load() == 0);
   CHECK(h.count() == 200000);
 }
+
+TEST_CASE("latency histogram: exact mean, interpolated percentile, trimmed mean", "[histogram]") {
+  LatencyHistogram h;
+  CHECK(h.mean() == 0);
+  CHECK(h.interpolated_percentile(0.5) == 0);
+  CHECK(h.trimmed_mean(0.99) == 0);
+  h.record(1);
+  h.record(2);
+  CHECK(h.mean_ns() == 1);  // truncated
+  CHECK(h.mean() == 1.5);
+  CHECK(h.trimmed_mean(1.0) == 1.5);  // one-value buckets: exact
+  CHECK(h.trimmed_mean(0.0) == 0);
+
+  h.reset();
+  for (std::uint64_t v = 1; v <= 10000; ++v) h.record(v);
+  CHECK(h.mean() == 5000.5);
+  CHECK(h.interpolated_percentile(0.5) == Approx(5000).epsilon(1.0 / 16));
+  CHECK(h.interpolated_percentile(0.99) == Approx(9900).epsilon(1.0 / 16));
+  // 5000 and 5100 share a bucket: percentile() cannot tell them apart, the interpolation can.
+  CHECK(h.percentile(0.5) == h.percentile(0.51));
+  CHECK(h.interpolated_percentile(0.5) < h.interpolated_percentile(0.51));
+  CHECK(h.interpolated_percentile(0.0) == 1);
+  CHECK(h.interpolated_percentile(-1.0) == 1);
+  CHECK(h.interpolated_percentile(1.0) == 10000);  // clamped to the max
+  CHECK(h.interpolated_percentile(2.0) == 10000);
+  CHECK(h.trimmed_mean(1.0) == Approx(h.mean()).epsilon(1.0 / 16));
+
+  // The trimmed mean drops the scheduling outliers that dominate the mean.
+  LatencyHistogram t;
+  for (int i = 0; i < 990; ++i) t.record(2000);
+  for (int i = 0; i < 10; ++i) t.record(50'000'000);
+  CHECK(t.mean() > 400000);
+  CHECK(t.trimmed_mean(0.99) == Approx(2000).epsilon(1.0 / 16));
+  CHECK(t.interpolated_percentile(0.9) == Approx(2000).epsilon(1.0 / 16));
+  CHECK(t.interpolated_percentile(1.0) == 50'000'000);
+  LatencyHistogram one;
+  for (int i = 0; i < 10; ++i) one.record(2000);
+  CHECK(one.interpolated_percentile(0.9) == 2000);  // never above the largest sample
+}

@@ -30,13 +30,15 @@ inline constexpr unsigned kUmwaitC01 = 1U;
 // Waits until the word's cache line is written, an interrupt, or TSC `deadline`; returns without
 // sleeping when `still_waiting()` is false once the monitor is armed (the store already happened).
 // Only call when CPUID.7.0:ECX[5] (WAITPKG) is set: the instructions fault otherwise.
+// The instructions are emitted as bytes (checked with objdump: `umonitor %rax`, `umwait %ecx`) so that
+// GCC and clang accept them alike without -mwaitpkg; their builtins disagree on arity.
 template <class T, class StillWaiting>
-__attribute__((target("waitpkg"))) inline void umonitor_wait(const std::atomic<T>& word, StillWaiting& still_waiting,
-                                                           std::uint64_t deadline) noexcept {
-  // const_cast only to satisfy the builtin's signature: UMONITOR reads the address, never writes.
-  __builtin_ia32_umonitor(const_cast<void*>(static_cast<const volatile void*>(&word)));
+inline void umonitor_wait(const std::atomic<T>& word, StillWaiting& still_waiting, std::uint64_t deadline) noexcept {
+  const volatile void* addr = &word;
+  asm volatile(".byte 0xf3, 0x0f, 0xae, 0xf0" : : "a"(addr) : "memory");  // umonitor %rax
   if (still_waiting()) {
-    __builtin_ia32_umwait(kUmwaitC01, deadline);
+    const auto lo = static_cast<std::uint32_t>(deadline), hi = static_cast<std::uint32_t>(deadline >> 32);
+    asm volatile(".byte 0xf2, 0x0f, 0xae, 0xf1" : : "c"(kUmwaitC01), "a"(lo), "d"(hi) : "memory", "cc");  // umwait %ecx
   }
 }
 
