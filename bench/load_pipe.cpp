@@ -14,20 +14,18 @@
 #include <cstring>
 #include <thread>
 
+#include "load_common.hpp"
+
 namespace {
+
+using loadgen::cpu_seconds;
+using loadgen::now_ns;
 
 void pin(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
   pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
-
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
 }  // namespace

@@ -20,13 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "load_common.hpp"
+
 namespace {
 
-std::int64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+using loadgen::cpu_seconds;
+using loadgen::now_ns;
 
 bool full_io(int fd, char* buf, std::size_t n, bool reading) {
   std::size_t off = 0;
