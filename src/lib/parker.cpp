@@ -1,4 +1,7 @@
-#include "haltpoll/parker.hpp"
+// The park algorithm of detail::ParkingWord (include/haltpoll/detail/parking_word.hpp), shared by
+// Parker (a 32-bit word whose payload is NOTIFIED) and the WorkerPool's queue (a pointer word
+// whose payload is the top of the task stack).
+#include "haltpoll/detail/parking_word.hpp"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -7,19 +10,15 @@
 #include "haltpoll/barrier.hpp"
 #include "haltpoll/clock.hpp"
 
-namespace haltpoll {
+namespace haltpoll::detail {
 
 namespace {
 
 // Private futexes: the word never leaves the process, so the kernel can skip the mm lookup.
 // Results are ignored on purpose: EAGAIN (the word already changed) and EINTR (a signal) both
 // mean "re-check the word", which park()'s loop does.
-void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept {
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
-}
-
-void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept {
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+void futex_wait(std::uint32_t* word, std::uint32_t expected) noexcept {
+  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
 }
 
 void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noexcept {
@@ -28,75 +27,72 @@ void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noexcept {
 
 }  // namespace
 
-bool Parker::consume_notification(ParkInfo* info, bool poll_hit) noexcept {
-  // An exchange, not a store: it must read the latest NOTIFIED in the word's modification order
-  // (which may come from a later unpark() that merged with the first) and acquire from it, so
-  // that this notifier's writes are visible as well. See the header.
-  word_.exchange(EMPTY, std::memory_order_acquire);
-  if (info != nullptr) info->poll_hit = poll_hit;
-  return true;
+template <class W>
+void ParkingWord<W>::futex_wake() noexcept {
+  syscall(SYS_futex, futex_address(), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
-bool Parker::park(std::int64_t window_ns, ParkInfo* info) noexcept {
-  ParkInfo local;
-  ParkInfo& out = info != nullptr ? *info : local;
+template <class W>
+W ParkingWord<W>::park(std::int64_t window_ns, ParkInfo& out, ParkCounters& counters) noexcept {
   out = ParkInfo{};
 
-  std::uint32_t expected = EMPTY;
-  if (!word_.compare_exchange_strong(expected, POLLING, std::memory_order_acquire, std::memory_order_relaxed)) {
-    // Only NOTIFIED can be here: POLLING and PARKED are set by this (the only) owner.
+  W expected = 0;
+  if (!word.compare_exchange_strong(expected, kPolling, std::memory_order_acquire, std::memory_order_relaxed)) {
+    // Only a payload can be here: the state bits are set by this (the only) owner.
     out.already_notified = true;
-    return consume_notification(&out, false);
+    return word.exchange(0, std::memory_order_acquire);
   }
-  bump(parks_);
+  bump(counters.parks);
   out.start_ns = monotonic_ns();
 
   if (window_ns > 0) {
-    const std::uint32_t seen = cond_load_acquire_timeout(
-        word_, [](std::uint32_t v) { return v == NOTIFIED; }, MonotonicClock{}, window_ns);
+    // While the owner polls, only a notifier can change the word, and it leaves a payload.
+    const W seen = cond_load_acquire_timeout(word, [](W v) { return v != kPolling; }, MonotonicClock{}, window_ns);
+    if constexpr (std::is_same_v<W, std::uintptr_t>) {
+      // A pointer payload (the pool's newest task node, 80 bytes): start fetching its lines now, so
+      // that they travel while the clock is read and the word is taken. A prefetch never faults.
+      if (seen != kPolling) {
+        __builtin_prefetch(reinterpret_cast<const void*>(seen));
+        __builtin_prefetch(reinterpret_cast<const char*>(seen) + 64);
+      }
+    }
     const std::int64_t now = monotonic_ns();
     out.poll_ns = now - out.start_ns;
-    if (seen == NOTIFIED) {
+    if (seen != kPolling) {
       out.wake_ns = now;
-      bump(wakes_without_syscall_);
-      return consume_notification(&out, true);
+      out.poll_hit = true;
+      bump(counters.wakes_without_syscall);
+      return word.exchange(0, std::memory_order_acquire);
     }
   }
 
-  expected = POLLING;
-  if (!word_.compare_exchange_strong(expected, PARKED, std::memory_order_acquire, std::memory_order_relaxed)) {
+  expected = kPolling;
+  if (!word.compare_exchange_strong(expected, kParked, std::memory_order_acquire, std::memory_order_relaxed)) {
     // The notification landed between the last poll and this transition. The notifier saw
-    // POLLING and made no syscall; with a window this is a poll hit like any other.
+    // kPolling and made no syscall; with a window this is a poll hit like any other.
     out.wake_ns = monotonic_ns();
-    bump(wakes_without_syscall_);
-    return consume_notification(&out, window_ns > 0);
+    out.poll_hit = window_ns > 0;
+    bump(counters.wakes_without_syscall);
+    return word.exchange(0, std::memory_order_acquire);
   }
 
+  out.parked = true;
   std::uint32_t waits = 0;
-  while (word_.load(std::memory_order_acquire) == PARKED) {
+  while (word.load(std::memory_order_acquire) == kParked) {
     ++waits;
-    futex_wait(word_, PARKED);
+    futex_wait(futex_address(), static_cast<std::uint32_t>(kParked));
   }
-  bump(futex_waits_, waits);
+  bump(counters.futex_waits, waits);
   out.futex_waits = waits;
   out.wake_ns = monotonic_ns();
-  consume_notification(&out, false);
-  return false;
+  // An exchange, not a store: it must read the latest payload in the word's modification order
+  // (a later notifier may have replaced the first one's) and acquire from it. See the header.
+  return word.exchange(0, std::memory_order_acquire);
 }
 
-WakePath Parker::unpark() noexcept {
-  // The futex word may be touched after the owner has consumed the notification (it may already
-  // be parked again, which FUTEX_WAKE then wakes spuriously, and park() tolerates). The owner must
-  // therefore outlive every unpark() call; WorkerPool guarantees it by counting submitters.
-  switch (word_.exchange(NOTIFIED, std::memory_order_release)) {
-    case PARKED:
-      futex_wake_one(word_);
-      return WakePath::futex;
-    case POLLING:
-      return WakePath::poll;
-    default:
-      return WakePath::none;
-  }
-}
+template class ParkingWord<std::uint32_t>;
+#if UINTPTR_MAX != UINT32_MAX
+template class ParkingWord<std::uintptr_t>;
+#endif
 
-}  // namespace haltpoll
+}  // namespace haltpoll::detail

@@ -13,8 +13,7 @@
 #include <thread>
 
 #include "haltpoll/clock.hpp"
-#include "haltpoll/detail/mpsc_queue.hpp"
-#include "haltpoll/parker.hpp"
+#include "haltpoll/detail/parking_queue.hpp"
 #include "haltpoll/snapshot.hpp"
 
 namespace haltpoll {
@@ -62,20 +61,21 @@ std::string pin_self_to(int cpu) {
 
 }  // namespace
 
-// Line layout: the Parker's word (polled by the worker) and the queue head on separate lines. Sharing
-// one line looked cheaper (a submitter RMWs both back to back, the woken worker reads both), but
-// measured 5-10 % slower in bench_pool's ping-pong: the polling worker pulls the line back between
-// the submitter's two RMWs. Submitters' in-flight count is on a line of its own, so that a single
-// submitter keeps it in its cache; the worker-written statistics follow.
+// Line layout: the queue word (queue head and park state in one word, polled by the worker) on a line
+// of its own; submitters' in-flight count on another, so that a single submitter keeps it in its
+// cache; the worker-written statistics follow.
 struct WorkerPool::Worker {
   int cpu = -1;
-  alignas(64) Parker parker;
-  alignas(64) detail::IntrusiveMpscQueue<TaskNode> queue;
+  alignas(64) detail::ParkingMpscQueue<TaskNode> queue;
   alignas(64) std::atomic<std::uint32_t> inflight_submits{0};
   alignas(64) std::atomic<std::uint32_t> stop{running};
   std::unique_ptr<WindowGovernor> governor;  // built by the constructor, used by the worker only
 
+  // Pushed (once) by shutdown to wake the worker without a task; never run, never deleted.
+  TaskNode wake_node;
+
   // Written by the worker only.
+  detail::ParkCounters park_counters;
   std::atomic<std::uint64_t> tasks_run{0}, task_exceptions{0}, tasks_cancelled{0}, idle_periods{0},
       poll_hits{0}, poll_misses{0}, poll_ns{0}, wasted_poll_ns{0}, idle_ns{0}, window_ns{0}, park_wakes{0},
       park_wake_ns{0}, miss_cost_ns{0};
@@ -93,10 +93,11 @@ struct WorkerPool::Worker {
   WorkerStats raw_stats() const {
     WorkerStats s;
     s.cpu = cpu;
-    switch (parker.state()) {
-      case Parker::POLLING: s.state = WorkerState::polling; break;
-      case Parker::PARKED: s.state = WorkerState::parked; break;
-      default: s.state = WorkerState::running; break;
+    using Consumer = detail::ParkingMpscQueue<TaskNode>::ConsumerState;
+    switch (queue.consumer_state()) {
+      case Consumer::polling: s.state = WorkerState::polling; break;
+      case Consumer::parked: s.state = WorkerState::parked; break;
+      case Consumer::running: s.state = WorkerState::running; break;
     }
     s.tasks_run = tasks_run.load(relaxed);
     s.task_exceptions = task_exceptions.load(relaxed);
@@ -104,8 +105,8 @@ struct WorkerPool::Worker {
     s.idle_periods = idle_periods.load(relaxed);
     s.poll_hits = poll_hits.load(relaxed);
     s.poll_misses = poll_misses.load(relaxed);
-    s.futex_waits = parker.futex_waits();
-    s.wakes_without_syscall = parker.wakes_without_syscall();
+    s.futex_waits = park_counters.futex_waits.load(relaxed);
+    s.wakes_without_syscall = park_counters.wakes_without_syscall.load(relaxed);
     s.poll_ns = poll_ns.load(relaxed);
     s.wasted_poll_ns = wasted_poll_ns.load(relaxed);
     s.idle_ns = idle_ns.load(relaxed);
@@ -149,34 +150,50 @@ struct WorkerPool::Shared {
   }
 
   void run_worker(Worker& w, std::latch& started);
-  // Runs a FIFO list of tasks; the first one starts at first_start_ns. Returns false if the worker
-  // must stop (cancel): the rest of the list has then been destroyed unrun.
+  // Runs a FIFO list of tasks (skipping the wake node); the first one starts at first_start_ns.
+  // Returns false if the worker must stop (cancel): the rest of the list is then counted as
+  // cancelled, unrun. Frees nothing: see free_nodes.
   bool run_tasks(Worker& w, TaskNode* list, std::int64_t first_start_ns) noexcept;
+  // Destroys a list's nodes (and the tasks in them), except the wake node.
+  static void free_nodes(Worker& w, TaskNode* list) noexcept;
+  // run_tasks, then free_nodes.
+  bool run_and_free(Worker& w, TaskNode* list, std::int64_t first_start_ns) noexcept {
+    const bool go_on = run_tasks(w, list, first_start_ns);
+    free_nodes(w, list);
+    return go_on;
+  }
   SubmitOutcome submit_to(Worker& w, Task&& task);
 };
 
 bool WorkerPool::Shared::run_tasks(Worker& w, TaskNode* list, std::int64_t first_start_ns) noexcept {
   std::int64_t start = first_start_ns;
-  while (list != nullptr) {
-    TaskNode* node = list;
-    list = node->next;
+  for (TaskNode* node = list; node != nullptr; node = node->next) {
+    if (node == &w.wake_node) continue;
     if (w.stop.load(std::memory_order_acquire) == stop_cancel) {
-      delete node;
       bump(w.tasks_cancelled);
       continue;
     }
     if (start == 0) start = monotonic_ns();
-    w.latency.record(start > node->submit_ns ? static_cast<std::uint64_t>(start - node->submit_ns) : 0);
+    const std::uint64_t latency = start > node->submit_ns ? static_cast<std::uint64_t>(start - node->submit_ns) : 0;
     try {
       node->task();
     } catch (...) {
       bump(w.task_exceptions);
     }
+    // Recorded after the task, so that what the task hands on (a reply, the next hop) leaves first.
+    w.latency.record(latency);
     bump(w.tasks_run);
-    delete node;
     start = 0;
   }
   return w.stop.load(std::memory_order_acquire) != stop_cancel;
+}
+
+void WorkerPool::Shared::free_nodes(Worker& w, TaskNode* list) noexcept {
+  while (list != nullptr) {
+    TaskNode* next = list->next;
+    if (list != &w.wake_node) delete list;
+    list = next;
+  }
 }
 
 void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
@@ -192,14 +209,14 @@ void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
 
   for (;;) {
     if (TaskNode* list = w.queue.take_all()) {
-      if (!run_tasks(w, list, 0)) break;
+      if (!run_and_free(w, list, 0)) break;
       continue;
     }
     if (w.stop.load(std::memory_order_acquire) != running) {
       // Every push happened before `stop` was set, but possibly after the take_all above:
       // look once more, and leave only when the queue is final and empty.
       if (TaskNode* list = w.queue.take_all()) {
-        if (!run_tasks(w, list, 0)) break;
+        if (!run_and_free(w, list, 0)) break;
         continue;
       }
       break;
@@ -228,18 +245,24 @@ void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
     w.window_ns.store(window, relaxed);
 
     ParkInfo info;
-    // false: the worker reached PARKED, so its waker saw PARKED and paid for FUTEX_WAKE (whether
-    // or not this thread got as far as sleeping in the kernel).
-    const bool park_path = !w.parker.park(static_cast<std::int64_t>(window), &info);
-    if (info.already_notified) continue;  // no idle period: a submit raced with the empty check
+    TaskNode* const list = w.queue.wait_take_all(static_cast<std::int64_t>(window), info, w.park_counters);
+    if (info.already_notified) {  // no idle period: a submit raced with the empty check
+      if (!run_and_free(w, list, 0)) break;
+      continue;
+    }
 
     // The idle period ends when the work arrived (the first task's submit time), not when this
     // worker noticed: on the park path the difference is the wake-up penalty, which is the
     // governor's miss cost and must not be counted twice. (Without a task, e.g. at shutdown, the
-    // wake itself is the end.)
-    TaskNode* list = w.queue.take_all(/*likely_nonempty=*/true);
+    // wake itself is the end.) Read here: running the tasks frees their nodes.
+    const bool brought_task = list != &w.wake_node;
     const std::int64_t arrival =
-        list != nullptr ? std::clamp(list->submit_ns, info.start_ns, info.wake_ns) : info.wake_ns;
+        brought_task ? std::clamp(list->submit_ns, info.start_ns, info.wake_ns) : info.wake_ns;
+
+    // Run what woke us right away, reusing the wake timestamp as the first task's start; the
+    // bookkeeping below waits until they are done (it is not on the hand-off's path).
+    if (!run_and_free(w, list, info.wake_ns)) break;
+
     const auto idle = static_cast<std::uint64_t>(arrival - info.start_ns);
     const auto poll = static_cast<std::uint64_t>(std::max<std::int64_t>(info.poll_ns, 0));
     bump(w.idle_periods);
@@ -254,7 +277,7 @@ void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
       bump(w.poll_misses);
       bump(w.wasted_poll_ns, poll);
       governor.record(std::max(idle, window + 1), window);
-      if (list != nullptr && park_path) {
+      if (brought_task && info.parked) {
         const auto penalty = static_cast<std::uint64_t>(info.wake_ns - arrival);
         bump(w.park_wakes);
         bump(w.park_wake_ns, penalty);
@@ -270,16 +293,13 @@ void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
         }
       }
     }
-
-    // Run what woke us right away, reusing the wake timestamp as the first task's start.
-    if (list != nullptr && !run_tasks(w, list, info.wake_ns)) break;
   }
 }
 
 SubmitOutcome WorkerPool::Shared::submit_to(Worker& w, Task&& task) {
   // Announce the submit before checking `accepting`; shutdown() clears `accepting` and then waits
   // for the count to drop to zero. seq_cst on both sides makes this a Dekker pair: either this
-  // load sees false, or shutdown sees the increment and waits for this push and unpark.
+  // load sees false, or shutdown sees the increment and waits for this push (and its wake).
   w.inflight_submits.fetch_add(1, std::memory_order_seq_cst);
   if (!accepting.load(std::memory_order_seq_cst)) {
     w.inflight_submits.fetch_sub(1, std::memory_order_release);
@@ -292,8 +312,7 @@ SubmitOutcome WorkerPool::Shared::submit_to(Worker& w, Task&& task) {
     w.inflight_submits.fetch_sub(1, std::memory_order_release);
     throw;
   }
-  w.queue.push(node);
-  const WakePath path = w.parker.unpark();
+  const WakePath path = w.queue.push(node);
   w.inflight_submits.fetch_sub(1, std::memory_order_release);
   switch (path) {
     case WakePath::poll:
@@ -346,7 +365,7 @@ WorkerPool::WorkerPool(PoolOptions options) : shared_(std::make_unique<Shared>(v
     s.accepting.store(false);
     for (std::size_t i = 0; i < launched; ++i) {
       s.workers[i]->stop.store(stop_cancel, std::memory_order_release);
-      s.workers[i]->parker.unpark();
+      s.workers[i]->queue.push(&s.workers[i]->wake_node);
       s.workers[i]->thread.join();
     }
     throw;
@@ -368,7 +387,7 @@ SubmitOutcome WorkerPool::submit(Task task) {
   const std::size_t first = static_cast<std::size_t>(shared_->round_robin.fetch_add(1, relaxed) % n);
   for (std::size_t i = 0; i < n; ++i) {
     Worker& w = *workers[(first + i) % n];
-    if (w.parker.is_polling()) return shared_->submit_to(w, std::move(task));
+    if (w.queue.consumer_state() == detail::ParkingMpscQueue<TaskNode>::ConsumerState::polling) return shared_->submit_to(w, std::move(task));
   }
   return shared_->submit_to(*workers[first], std::move(task));
 }
@@ -458,11 +477,11 @@ void WorkerPool::shutdown(ShutdownMode mode) {
   }
   s.accepting.store(false, std::memory_order_seq_cst);
   for (auto& w : s.workers) {
-    // Submitters that got past the `accepting` check finish their push and unpark; after this
+    // Submitters that got past the `accepting` check finish their push (and its wake); after this
     // no node can enter the queue any more.
     while (w->inflight_submits.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
     w->stop.store(mode == ShutdownMode::cancel ? stop_cancel : stop_drain, std::memory_order_release);
-    w->parker.unpark();
+    w->queue.push(&w->wake_node);
   }
   for (auto& w : s.workers) {
     w->thread.join();
@@ -470,8 +489,10 @@ void WorkerPool::shutdown(ShutdownMode mode) {
     while (TaskNode* list = w->queue.take_all()) {
       while (list != nullptr) {
         TaskNode* next = list->next;
-        delete list;
-        bump(w->tasks_cancelled);
+        if (list != &w->wake_node) {
+          delete list;
+          bump(w->tasks_cancelled);
+        }
         list = next;
       }
     }

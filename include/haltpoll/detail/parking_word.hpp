@@ -1,0 +1,118 @@
+// ParkingWord<W>: the poll-then-futex wait shared by Parker and the WorkerPool's task queue.
+//
+// One word; its two low bits are the owner's idle state, the other bits a payload:
+//   0            the owner is running, nothing pending;
+//   kPolling     the owner polls the word (cond_load_acquire_timeout) for up to its window;
+//   kParked      the owner is (about to be) in FUTEX_WAIT on the word's low 32 bits;
+//   payload != 0 (state bits 0) something is pending: a notification (Parker) or the top of a
+//                stack of task nodes (WorkerPool). Notifiers replace the whole word, state bits
+//                included, with a payload by one release RMW (exchange or compare-exchange), and
+//                call FUTEX_WAKE only when the value they replaced was kParked.
+// Invariant: the state bits are non-zero only while the payload is zero (a notifier's RMW clears
+// them, and only the owner sets them, from 0).
+//
+// The owner's park() moves 0 → kPolling → kParked by compare-exchange and takes the payload with an
+// acquire exchange to 0. Both sides use RMWs on the one word, so whichever comes second in the
+// word's modification order sees the other's value: no lost wake-up (docs/design.md has the
+// argument; tests/model/parker.pml and tests/model/parking_queue.pml check every interleaving).
+//
+// Putting the task queue's head and the park state in one word means a hand-off to a polling worker
+// moves one cache line (the word) plus the task node, instead of a queue line and a separate parker
+// line: the pool's ping-pong measured ~25 % faster than with the two lines (docs/performance.md).
+//
+// W is std::uint32_t (Parker) or std::uintptr_t (a pointer payload, 4-byte aligned or more). The
+// futex always watches the low 32 bits: a pointer payload has them != kParked because of its
+// alignment, so FUTEX_WAIT(kParked) sees every change that matters. The member functions are
+// defined in src/lib/parker.cpp and instantiated there for those two types.
+#pragma once
+
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <type_traits>
+
+namespace haltpoll {
+
+enum class WakePath : std::uint8_t {
+  none,   // the owner was running or already notified: the notification waits for its next park
+  poll,   // the owner was polling: it sees the word change, no system call
+  futex,  // the owner was parked: FUTEX_WAKE was called
+};
+
+// What one park() did, for the owner's statistics and its window governor. The two clock reads
+// are the ones park() needs anyway; handing them out saves the caller reading the clock again on
+// the wake path.
+struct ParkInfo {
+  bool already_notified = false;  // a notification was pending on entry: no poll, no sleep
+  bool poll_hit = false;          // the notification came during the poll window
+  bool parked = false;            // the owner reached kParked: its notifier paid for FUTEX_WAKE
+  std::uint32_t futex_waits = 0;  // FUTEX_WAIT calls made (0 on a hit; > 1 after spurious wakes)
+  std::int64_t poll_ns = 0;       // time spent polling (0 with a window <= 0)
+  std::int64_t start_ns = 0;      // monotonic_ns() when park() began (0 if already notified)
+  std::int64_t wake_ns = 0;       // monotonic_ns() once the notification was seen (0 likewise)
+};
+
+namespace detail {
+
+// Owner-written, relaxed; any thread may read them.
+struct ParkCounters {
+  std::atomic<std::uint64_t> parks{0};                  // idle periods entered (not already_notified)
+  std::atomic<std::uint64_t> wakes_without_syscall{0};  // notifications that found kPolling
+  std::atomic<std::uint64_t> futex_waits{0};            // FUTEX_WAIT calls
+};
+
+template <class W>
+class ParkingWord {
+ public:
+  static_assert(std::is_same_v<W, std::uint32_t> || std::is_same_v<W, std::uintptr_t>);
+  static_assert(std::atomic<W>::is_always_lock_free && sizeof(std::atomic<W>) == sizeof(W));
+  static_assert(std::endian::native == std::endian::little || std::endian::native == std::endian::big);
+
+  static constexpr W kParked = 1;
+  static constexpr W kPolling = 2;
+  static constexpr W kStateMask = 3;
+
+  // Owner only. Returns once a payload is there and takes it (exchange to 0): polls for up to
+  // window_ns (<= 0: no polling, straight to the futex, like the kernel with poll_limit_ns == 0),
+  // then FUTEX_WAITs. The word must be 0 or hold a payload on entry (the owner is not idle).
+  W park(std::int64_t window_ns, ParkInfo& out, ParkCounters& counters) noexcept;
+
+  // Owner only: takes a pending payload without waiting; 0 if there is none.
+  W take() noexcept {
+    if (word.load(std::memory_order_relaxed) == 0) return 0;
+    return word.exchange(0, std::memory_order_acquire);
+  }
+
+  // Notifier, right after the release RMW that replaced `old` with a payload.
+  WakePath woke(W old) noexcept {
+    switch (old & kStateMask) {
+      case kParked:
+        futex_wake();
+        return WakePath::futex;
+      case kPolling:
+        return WakePath::poll;
+      default:
+        return WakePath::none;
+    }
+  }
+
+  W state_bits() const noexcept { return word.load(std::memory_order_relaxed) & kStateMask; }
+
+  std::atomic<W> word{0};
+
+ private:
+  std::uint32_t* futex_address() noexcept {
+    // The low 32 bits of the word, whatever the byte order.
+    constexpr int low_half = std::endian::native == std::endian::little ? 0 : int{sizeof(W) / 4 - 1};
+    return reinterpret_cast<std::uint32_t*>(&word) + low_half;
+  }
+  void futex_wake() noexcept;
+};
+
+extern template class ParkingWord<std::uint32_t>;
+#if UINTPTR_MAX != UINT32_MAX
+extern template class ParkingWord<std::uintptr_t>;
+#endif
+
+}  // namespace detail
+}  // namespace haltpoll
