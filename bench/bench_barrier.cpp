@@ -147,11 +147,12 @@ struct Overshoot {
   // The same over the samples during which the thread kept its CPU when it mattered: no
   // involuntary context switch (the guest's scheduler) and no gap over 20 us, across the deadline,
   // between two of the barrier's clock reads (which come every <= 2.5 us while it runs; a longer gap
-  // means the host ran something else on the vCPU just when the wait should have ended). A gap
-  // earlier in the wait does not delay its end and does not count. What the barrier itself does,
+  // means the host ran something else on the vCPU just when the wait should have ended), nor
+  // between the call and the first clock reading (which fixes the deadline). A gap in between
+  // does not delay the end of the wait and does not count. What the barrier itself does,
   // apart from the machine's scheduling.
   int preempted = 0;         // samples with an involuntary context switch
-  int host_interrupted = 0;  // samples whose deadline fell in a clock-read gap over 20 us
+  int host_interrupted = 0;  // samples whose deadline fell in (or was set after) a gap over 20 us
   double quiet_p50 = 0, quiet_p99 = 0;
   double quiet_clock_reads_per_us = 0;
   // The floor for any user-space timed wait here: a bare `while (clock() < deadline) {}` loop,
@@ -164,14 +165,16 @@ constexpr std::int64_t kHostGapNs = 20'000;
 Overshoot measure_overshoot(std::int64_t timeout_ns, int samples, std::int64_t budget_ns) {
   std::atomic<std::uint32_t> word{0};
   std::uint64_t reads = 0;
-  // The barrier's deadline is its first clock reading + timeout_ns; deadline_gap is the gap between
-  // the two readings (or the last reading and the return) on either side of it.
-  std::int64_t last_read = 0, deadline = 0, deadline_gap = 0;
+  // The barrier's deadline is its first clock reading + timeout_ns, so time lost before that reading
+  // (first_gap, from the call) moves the deadline itself; deadline_gap is the gap between the two
+  // readings (or the last reading and the return) on either side of the deadline.
+  std::int64_t last_read = 0, deadline = 0, deadline_gap = 0, first_gap = 0;
   auto counting_clock = [&]() noexcept {
     ++reads;
     const std::int64_t now = haltpoll::monotonic_ns();
     if (deadline == 0) {
       deadline = now + timeout_ns;
+      first_gap = now - last_read;
     } else if (last_read < deadline && now >= deadline) {
       deadline_gap = now - last_read;
     }
@@ -192,6 +195,7 @@ Overshoot measure_overshoot(std::int64_t timeout_ns, int samples, std::int64_t b
     last_read = t0;
     deadline = 0;
     deadline_gap = 0;
+    first_gap = 0;
     haltpoll::cond_load_relaxed_timeout(
         word, [](std::uint32_t v) { return v != 0; }, counting_clock, timeout_ns);
     const std::int64_t t1 = haltpoll::monotonic_ns();
@@ -201,7 +205,7 @@ Overshoot measure_overshoot(std::int64_t timeout_ns, int samples, std::int64_t b
     waited += t1 - t0;
     if (involuntary_switches() != sw0) {
       ++preempted;
-    } else if (deadline_gap > kHostGapNs) {
+    } else if (deadline_gap > kHostGapNs || first_gap > kHostGapNs) {
       ++host_interrupted;
     } else {
       quiet.push_back(o);
