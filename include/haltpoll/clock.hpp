@@ -7,7 +7,10 @@
 // trustworthy (see docs/design.md, "Timeout barrier", for the rule). The source is chosen once, on
 // the first call (which may take ~5 ms to calibrate the TSC), and never changes afterwards, so
 // readings are monotonic within a thread; across threads they are as ordered as the hardware
-// counter is (synchronised TSC / the architectural CNTVCT). Reading a clock orders no memory.
+// counter is (synchronised TSC / the architectural CNTVCT). Reading a clock orders no memory, but
+// a reading is taken after every earlier load completes (LFENCE; RDTSC on x86, ISB; MRS on arm64,
+// as the vDSO does): a time read after seeing another thread's store is not earlier than a time
+// that thread read before the store, which latency measurements across threads need.
 // The environment variable HALTPOLL_CLOCK=tsc|cntvct|clock_gettime overrides the choice.
 #pragma once
 

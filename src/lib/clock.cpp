@@ -183,7 +183,8 @@ std::int64_t monotonic_ns() noexcept {
   const ClockState& st = state();
 #if HALTPOLL_ARCH_X86 || HALTPOLL_ARCH_ARM64
   if (st.scale != nullptr) {
-    const std::uint64_t now = arch::native::read_counter();
+    // Ordered: monotonic_ns() also stamps events (the pool's submit→start latencies).
+    const std::uint64_t now = arch::native::read_counter_ordered();
     // A counter a hair behind the calibrating CPU's reads as the anchor, never as going back.
     const std::uint64_t delta = now > st.scale->base_ticks ? now - st.scale->base_ticks : 0;
     return st.scale->base_ns + static_cast<std::int64_t>((u128{delta} * st.scale->ns_per_tick_q32) >> 32);

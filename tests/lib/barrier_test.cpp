@@ -6,6 +6,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -345,3 +348,42 @@ TEST_CASE("barrier: arm64 LDXR+WFE returns on a store", "[barrier][arm64]") {
   CHECK(v >= 3);
 }
 #endif
+
+TEST_CASE("barrier: a monotonic_ns reading taken after seeing another thread's store is not earlier", "[barrier][clock]") {
+  // B reads a time that A published, then reads the clock itself: causality must show in the
+  // readings (what the pool's submit→start latencies rely on). An unfenced RDTSC fails this
+  // thousands of times in most runs; CTest also runs it with HALTPOLL_CLOCK=tsc, for the TSC path.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  int cpus[2] = {-1, -1};
+  for (int c = 0, n = 0; c < CPU_SETSIZE && n < 2; ++c) {
+    if (CPU_ISSET(c, &set)) cpus[n++] = c;
+  }
+  auto pin = [](int cpu) {
+    if (cpu < 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+  };
+  std::atomic<std::int64_t> published{0};
+  std::atomic<int> backwards{0};
+  std::atomic<bool> stop{false};
+  std::thread a([&] {
+    pin(cpus[0]);
+    for (int i = 0; i < 300000; ++i) published.store(haltpoll::monotonic_ns(), std::memory_order_release);
+    stop.store(true);
+  });
+  std::thread b([&] {
+    pin(cpus[1]);
+    while (!stop.load()) {
+      const std::int64_t seen = published.load(std::memory_order_acquire);
+      const std::int64_t mine = haltpoll::monotonic_ns();
+      if (seen != 0 && mine < seen) backwards.fetch_add(1);
+    }
+  });
+  a.join();
+  b.join();
+  CHECK(backwards.load() == 0);
+}

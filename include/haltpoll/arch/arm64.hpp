@@ -29,6 +29,9 @@ inline std::uint64_t read_counter() noexcept {
   return v;
 }
 
+// Already ordered after earlier loads (the ISB above).
+inline std::uint64_t read_counter_ordered() noexcept { return read_counter(); }
+
 inline std::uint64_t counter_frequency() noexcept {
   std::uint64_t v;
   asm volatile("mrs %0, cntfrq_el0" : "=r"(v));

@@ -23,6 +23,16 @@ inline void cpu_relax() noexcept { __builtin_ia32_pause(); }
 // Not serialising on purpose: a deadline check tolerates a few cycles of reordering.
 inline std::uint64_t read_counter() noexcept { return __builtin_ia32_rdtsc(); }
 
+// Ordered after every earlier load (LFENCE; RDTSC, the kernel's rdtsc_ordered), as a timestamp
+// must be: one taken after seeing another thread's store must not read earlier than a timestamp
+// that thread took before the store. Without the fence the two-thread test in barrier_test.cpp
+// sees that thousands of times in most runs (RDTSC executes before the load that observed the
+// store completes).
+inline std::uint64_t read_counter_ordered() noexcept {
+  __builtin_ia32_lfence();
+  return __builtin_ia32_rdtsc();
+}
+
 // UMWAIT control: bit 0 set selects C0.1 (faster wake-up, less saving) over C0.2; a barrier
 // waits for a hand-off, so wake-up latency is what matters.
 inline constexpr unsigned kUmwaitC01 = 1U;
