@@ -7,9 +7,9 @@
 //                on the receiver's word; the receiver polls, prefetches the node, takes it with an
 //                exchange, reads it and frees it (the pool's queue without the pool);
 //   node_clock   node, plus a monotonic_ns() stamp on each side (the pool's submit and wake stamps);
-//   slot_clock   the payload inline in the receiver's word line: the sender claims the line with a
-//                compare-exchange, writes a stamp and the payload, publishes with a fetch_add
-//                (two RMWs on one line), the receiver polls for the publish bit.
+//   slot_clock   the payload inline in the receiver's word line: the sender takes its stamp, claims
+//                the line with a compare-exchange, writes the stamp and the payload, publishes with
+//                a fetch_add (two RMWs on one line); the receiver polls for the publish bit.
 // Four rounds of the four variants, interleaved. Prints one JSON object.
 #include "haltpoll/arch/select.hpp"
 #include "haltpoll/clock.hpp"
@@ -84,10 +84,13 @@ void send(Box& to, Mode m) {
       return;
     }
     case Mode::slot_clock: {
+      // The stamp first: between the claim and the publish the receiver's next poll may pull the
+      // line back, so that window must be a few stores, not a clock read.
+      const std::int64_t stamp = monotonic_ns();
       std::uintptr_t old = kEmpty;
       while (!to.word.compare_exchange_weak(old, old | kClaimed, std::memory_order_acquire, std::memory_order_relaxed)) {
       }
-      to.stamp = monotonic_ns();
+      to.stamp = stamp;
       to.payload[0] = 1;
       to.word.fetch_add(kPublished, std::memory_order_release);
       return;
