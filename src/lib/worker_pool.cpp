@@ -64,9 +64,11 @@ std::string pin_self_to(int cpu) {
 // Line layout: the queue word (queue head and park state in one word, polled by the worker) on a line
 // of its own; submitters' in-flight count on another, so that a single submitter keeps it in its
 // cache; the worker-written statistics follow.
+using TaskQueue = detail::ParkingMpscQueue<TaskNode>;
+
 struct WorkerPool::Worker {
   int cpu = -1;
-  alignas(64) detail::ParkingMpscQueue<TaskNode> queue;
+  alignas(64) TaskQueue queue;
   alignas(64) std::atomic<std::uint32_t> inflight_submits{0};
   alignas(64) std::atomic<std::uint32_t> stop{running};
   std::unique_ptr<WindowGovernor> governor;  // built by the constructor, used by the worker only
@@ -93,11 +95,10 @@ struct WorkerPool::Worker {
   WorkerStats raw_stats() const {
     WorkerStats s;
     s.cpu = cpu;
-    using Consumer = detail::ParkingMpscQueue<TaskNode>::ConsumerState;
     switch (queue.consumer_state()) {
-      case Consumer::polling: s.state = WorkerState::polling; break;
-      case Consumer::parked: s.state = WorkerState::parked; break;
-      case Consumer::running: s.state = WorkerState::running; break;
+      case TaskQueue::ConsumerState::polling: s.state = WorkerState::polling; break;
+      case TaskQueue::ConsumerState::parked: s.state = WorkerState::parked; break;
+      case TaskQueue::ConsumerState::running: s.state = WorkerState::running; break;
     }
     s.tasks_run = tasks_run.load(relaxed);
     s.task_exceptions = task_exceptions.load(relaxed);
@@ -150,26 +151,21 @@ struct WorkerPool::Shared {
   }
 
   void run_worker(Worker& w, std::latch& started);
-  // Runs a FIFO list of tasks (skipping the wake node); the first one starts at first_start_ns.
-  // Returns false if the worker must stop (cancel): the rest of the list is then counted as
-  // cancelled, unrun. Frees nothing: see free_nodes.
+  // Runs a FIFO list of tasks and frees their nodes (the wake node is skipped, never freed); the
+  // first one starts at first_start_ns. Returns false if the worker must stop (cancel): the rest
+  // of the list has then been destroyed unrun.
   bool run_tasks(Worker& w, TaskNode* list, std::int64_t first_start_ns) noexcept;
-  // Destroys a list's nodes (and the tasks in them), except the wake node.
-  static void free_nodes(Worker& w, TaskNode* list) noexcept;
-  // run_tasks, then free_nodes.
-  bool run_and_free(Worker& w, TaskNode* list, std::int64_t first_start_ns) noexcept {
-    const bool go_on = run_tasks(w, list, first_start_ns);
-    free_nodes(w, list);
-    return go_on;
-  }
   SubmitOutcome submit_to(Worker& w, Task&& task);
 };
 
 bool WorkerPool::Shared::run_tasks(Worker& w, TaskNode* list, std::int64_t first_start_ns) noexcept {
   std::int64_t start = first_start_ns;
-  for (TaskNode* node = list; node != nullptr; node = node->next) {
+  while (list != nullptr) {
+    TaskNode* node = list;
+    list = node->next;
     if (node == &w.wake_node) continue;
     if (w.stop.load(std::memory_order_acquire) == stop_cancel) {
+      delete node;
       bump(w.tasks_cancelled);
       continue;
     }
@@ -183,17 +179,10 @@ bool WorkerPool::Shared::run_tasks(Worker& w, TaskNode* list, std::int64_t first
     // Recorded after the task, so that what the task hands on (a reply, the next hop) leaves first.
     w.latency.record(latency);
     bump(w.tasks_run);
+    delete node;
     start = 0;
   }
   return w.stop.load(std::memory_order_acquire) != stop_cancel;
-}
-
-void WorkerPool::Shared::free_nodes(Worker& w, TaskNode* list) noexcept {
-  while (list != nullptr) {
-    TaskNode* next = list->next;
-    if (list != &w.wake_node) delete list;
-    list = next;
-  }
 }
 
 void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
@@ -209,14 +198,14 @@ void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
 
   for (;;) {
     if (TaskNode* list = w.queue.take_all()) {
-      if (!run_and_free(w, list, 0)) break;
+      if (!run_tasks(w, list, 0)) break;
       continue;
     }
     if (w.stop.load(std::memory_order_acquire) != running) {
       // Every push happened before `stop` was set, but possibly after the take_all above:
       // look once more, and leave only when the queue is final and empty.
       if (TaskNode* list = w.queue.take_all()) {
-        if (!run_and_free(w, list, 0)) break;
+        if (!run_tasks(w, list, 0)) break;
         continue;
       }
       break;
@@ -247,7 +236,7 @@ void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
     ParkInfo info;
     TaskNode* const list = w.queue.wait_take_all(static_cast<std::int64_t>(window), info, w.park_counters);
     if (info.already_notified) {  // no idle period: a submit raced with the empty check
-      if (!run_and_free(w, list, 0)) break;
+      if (!run_tasks(w, list, 0)) break;
       continue;
     }
 
@@ -261,7 +250,7 @@ void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
 
     // Run what woke us right away, reusing the wake timestamp as the first task's start; the
     // bookkeeping below waits until they are done (it is not on the hand-off's path).
-    if (!run_and_free(w, list, info.wake_ns)) break;
+    if (!run_tasks(w, list, info.wake_ns)) break;
 
     const auto idle = static_cast<std::uint64_t>(arrival - info.start_ns);
     const auto poll = static_cast<std::uint64_t>(std::max<std::int64_t>(info.poll_ns, 0));
@@ -387,7 +376,7 @@ SubmitOutcome WorkerPool::submit(Task task) {
   const std::size_t first = static_cast<std::size_t>(shared_->round_robin.fetch_add(1, relaxed) % n);
   for (std::size_t i = 0; i < n; ++i) {
     Worker& w = *workers[(first + i) % n];
-    if (w.queue.consumer_state() == detail::ParkingMpscQueue<TaskNode>::ConsumerState::polling) return shared_->submit_to(w, std::move(task));
+    if (w.queue.consumer_state() == TaskQueue::ConsumerState::polling) return shared_->submit_to(w, std::move(task));
   }
   return shared_->submit_to(*workers[first], std::move(task));
 }
