@@ -520,7 +520,7 @@ int main(int argc, char** argv) {
   // ~60 and ~250 ns on this guest) hits both alike.
   PingPongResult raw;
   PoolPingPong pool;
-  std::uint64_t pool_idle = 0, pool_hits = 0;
+  std::uint64_t pool_idle = 0, pool_hits = 0, pool_tasks = 0, pool_slot_tasks = 0;
   {
     constexpr int kBlocks = 4;
     const Budget block{fast.warmup / kBlocks, fast.max_rounds / kBlocks, fast.max_ns / kBlocks};
@@ -537,6 +537,8 @@ int main(int argc, char** argv) {
       pool_cpu += p.result.cpu_s_per_op * static_cast<double>(p.result.rounds);
       pool_idle += p.a.idle_periods + p.b.idle_periods;
       pool_hits += p.a.poll_hits + p.b.poll_hits;
+      pool_tasks += p.a.tasks_run + p.b.tasks_run;
+      pool_slot_tasks += p.a.slot_tasks + p.b.slot_tasks;
       pool.a = p.a;
       pool.b = p.b;
     }
@@ -547,6 +549,10 @@ int main(int argc, char** argv) {
   put_pingpong(j, "pool", pool.result);
   j.num("pool_poll_hit_ratio", pool_idle == 0 ? 0 : static_cast<double>(pool_hits) / static_cast<double>(pool_idle));
   j.num("pool_window_ns", static_cast<double>(std::max(pool.a.window_ns, pool.b.window_ns)));
+  // Share of the ping-pong's tasks that travelled in the workers' inline slots (no allocation, one
+  // cache line per hand-off) rather than in heap nodes.
+  j.num("pool_slot_task_ratio",
+        pool_tasks == 0 ? 0 : static_cast<double>(pool_slot_tasks) / static_cast<double>(pool_tasks));
   PoolPingPong pool0 = bench_pool(a, b, "static:0", slow);
   put_pingpong(j, "pool_window0", pool0.result);
 

@@ -119,8 +119,10 @@ class UniqueFunction<R(Args...)> {
     }
   }
 
-  alignas(std::max_align_t) unsigned char storage_[inline_size];
+  // ops_ first: a small callable then shares a cache line with ops_ and with whatever precedes
+  // the object (the WorkerPool's queue slot puts both in its queue word's line).
   const Ops* ops_ = nullptr;
+  alignas(std::max_align_t) unsigned char storage_[inline_size];
 };
 
 }  // namespace haltpoll

@@ -75,6 +75,7 @@ struct WorkerStats {
   int cpu = -1;
   WorkerState state = WorkerState::running;  // at the time of reading (a hint, for live views)
   std::uint64_t tasks_run = 0;
+  std::uint64_t slot_tasks = 0;       // tasks (run or cancelled) that came in the worker's inline slot: no allocation
   std::uint64_t task_exceptions = 0;  // tasks that threw (caught; the worker carries on)
   std::uint64_t tasks_cancelled = 0;  // destroyed unrun by shutdown(cancel)
   std::uint64_t idle_periods = 0;     // parks that waited (poll_hits + poll_misses)

@@ -27,72 +27,85 @@ void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noexcept {
 
 }  // namespace
 
-template <class W>
-void ParkingWord<W>::futex_wake() noexcept {
+template <class W, W Sticky>
+void ParkingWord<W, Sticky>::futex_wake() noexcept {
   syscall(SYS_futex, futex_address(), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
-template <class W>
-W ParkingWord<W>::park(std::int64_t window_ns, ParkInfo& out, ParkCounters& counters) noexcept {
+template <class W, W Sticky>
+W ParkingWord<W, Sticky>::park(std::int64_t window_ns, ParkInfo& out, ParkCounters& counters) noexcept {
   out = ParkInfo{};
 
-  W expected = 0;
-  if (!word.compare_exchange_strong(expected, kPolling, std::memory_order_acquire, std::memory_order_relaxed)) {
-    // Only a payload can be here: the state bits are set by this (the only) owner.
-    out.already_notified = true;
-    return word.exchange(0, std::memory_order_acquire);
-  }
+  // Guess "nothing pending, no sticky bit" instead of loading first: one compare-exchange asks for
+  // the line once (exclusive). A sticky bit set by a user makes it retry with the real value.
+  W cur = 0;
+  do {
+    if (payload(cur) != 0) {
+      // Only a payload ends this loop early: the state bits are set by this (the only) owner.
+      out.already_notified = true;
+      return take_now();
+    }
+  } while (!word.compare_exchange_weak(cur, cur | kPolling, std::memory_order_acquire, std::memory_order_relaxed));
+  cur |= kPolling;
   bump(counters.parks);
   out.start_ns = monotonic_ns();
 
   if (window_ns > 0) {
-    // While the owner polls, only a notifier can change the word, and it leaves a payload.
-    const W seen = cond_load_acquire_timeout(word, [](W v) { return v != kPolling; }, MonotonicClock{}, window_ns);
+    // While the owner polls, only a notifier (payload) or a user (sticky bits) changes the word.
+    cur = cond_load_acquire_timeout(word, [](W v) { return payload(v) != 0; }, MonotonicClock{}, window_ns);
     if constexpr (std::is_same_v<W, std::uintptr_t>) {
-      // A pointer payload (the pool's newest task node, 80 bytes): start fetching its lines now, so
-      // that they travel while the clock is read and the word is taken. A prefetch never faults.
-      if (seen != kPolling) {
-        __builtin_prefetch(reinterpret_cast<const void*>(seen));
-        __builtin_prefetch(reinterpret_cast<const char*>(seen) + 64);
+      // A pointer payload (the pool's newest task node): start fetching it now, so that it travels
+      // while the clock is read and the word is taken. A prefetch never faults.
+      if (payload(cur) != 0) {
+        __builtin_prefetch(reinterpret_cast<const void*>(payload(cur)));
+        __builtin_prefetch(reinterpret_cast<const char*>(payload(cur)) + 64);
       }
     }
     const std::int64_t now = monotonic_ns();
     out.poll_ns = now - out.start_ns;
-    if (seen != kPolling) {
+    if (payload(cur) != 0) {
       out.wake_ns = now;
       out.poll_hit = true;
       bump(counters.wakes_without_syscall);
-      return word.exchange(0, std::memory_order_acquire);
+      return take_now();
     }
   }
 
-  expected = kPolling;
-  if (!word.compare_exchange_strong(expected, kParked, std::memory_order_acquire, std::memory_order_relaxed)) {
-    // The notification landed between the last poll and this transition. The notifier saw
-    // kPolling and made no syscall; with a window this is a poll hit like any other.
-    out.wake_ns = monotonic_ns();
-    out.poll_hit = window_ns > 0;
-    bump(counters.wakes_without_syscall);
-    return word.exchange(0, std::memory_order_acquire);
+  // kPolling -> kParked, keeping the sticky bits; a change of those alone is not a wake-up.
+  for (;;) {
+    if (payload(cur) != 0) {
+      // The notification landed between the last poll and this transition. The notifier saw
+      // kPolling and made no syscall; with a window this is a poll hit like any other.
+      out.wake_ns = monotonic_ns();
+      out.poll_hit = window_ns > 0;
+      bump(counters.wakes_without_syscall);
+      return take_now();
+    }
+    if (word.compare_exchange_weak(cur, (cur & ~kStateMask) | kParked, std::memory_order_acquire,
+                                   std::memory_order_relaxed)) {
+      break;
+    }
   }
 
   out.parked = true;
   std::uint32_t waits = 0;
-  while (word.load(std::memory_order_acquire) == kParked) {
+  for (;;) {
+    const W v = word.load(std::memory_order_acquire);
+    if (payload(v) != 0) break;
+    // The value just read: kParked plus the sticky bits. If a user changes a sticky bit in
+    // between, FUTEX_WAIT returns EAGAIN and the loop reads again.
     ++waits;
-    futex_wait(futex_address(), static_cast<std::uint32_t>(kParked));
+    futex_wait(futex_address(), static_cast<std::uint32_t>(v));
   }
   bump(counters.futex_waits, waits);
   out.futex_waits = waits;
   out.wake_ns = monotonic_ns();
-  // An exchange, not a store: it must read the latest payload in the word's modification order
-  // (a later notifier may have replaced the first one's) and acquire from it. See the header.
-  return word.exchange(0, std::memory_order_acquire);
+  // An RMW, not a store: it must read the latest payload in the word's modification order (a
+  // later notifier may have replaced the first one's) and acquire from it. See the header.
+  return take_now();
 }
 
 template class ParkingWord<std::uint32_t>;
-#if UINTPTR_MAX != UINT32_MAX
-template class ParkingWord<std::uintptr_t>;
-#endif
+template class ParkingWord<std::uintptr_t, kSlotClaimed>;
 
 }  // namespace haltpoll::detail

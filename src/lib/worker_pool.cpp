@@ -28,6 +28,8 @@ void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noexcept {
 
 std::uint64_t sat_sub(std::uint64_t a, std::uint64_t b) noexcept { return a > b ? a - b : 0; }
 
+// Heap-allocated per submit, except the one in each worker's queue line (the slot), which is
+// reused: claimed by a submitter, released by the worker after the task ran.
 struct TaskNode {
   TaskNode* next = nullptr;
   std::int64_t submit_ns = 0;
@@ -61,9 +63,9 @@ std::string pin_self_to(int cpu) {
 
 }  // namespace
 
-// Line layout: the queue word (queue head and park state in one word, polled by the worker) on a line
-// of its own; submitters' in-flight count on another, so that a single submitter keeps it in its
-// cache; the worker-written statistics follow.
+// Line layout: the queue (queue head, park state and slot bit in one word, polled by the worker,
+// then the slot node) starting a line of its own; submitters' in-flight count on another, so that
+// a single submitter keeps it in its cache; the worker-written statistics follow.
 using TaskQueue = detail::ParkingMpscQueue<TaskNode>;
 
 struct WorkerPool::Worker {
@@ -78,7 +80,7 @@ struct WorkerPool::Worker {
 
   // Written by the worker only.
   detail::ParkCounters park_counters;
-  std::atomic<std::uint64_t> tasks_run{0}, task_exceptions{0}, tasks_cancelled{0}, idle_periods{0},
+  std::atomic<std::uint64_t> tasks_run{0}, slot_tasks{0}, task_exceptions{0}, tasks_cancelled{0}, idle_periods{0},
       poll_hits{0}, poll_misses{0}, poll_ns{0}, wasted_poll_ns{0}, idle_ns{0}, window_ns{0}, park_wakes{0},
       park_wake_ns{0}, miss_cost_ns{0};
   LatencyHistogram latency;
@@ -92,6 +94,18 @@ struct WorkerPool::Worker {
   // Readers copy it under the same mutex; the worker never touches it.
   WorkerStats baseline;
 
+  // A node the worker (or shutdown, after it) is done with: the slot is emptied (the task's
+  // captures destroyed) and handed back to submitters, a heap node freed.
+  void dispose(TaskNode* node) noexcept {
+    if (queue.is_slot(node)) {
+      node->task = nullptr;
+      queue.release_slot();
+      bump(slot_tasks);
+    } else {
+      delete node;
+    }
+  }
+
   WorkerStats raw_stats() const {
     WorkerStats s;
     s.cpu = cpu;
@@ -101,6 +115,7 @@ struct WorkerPool::Worker {
       case TaskQueue::ConsumerState::running: s.state = WorkerState::running; break;
     }
     s.tasks_run = tasks_run.load(relaxed);
+    s.slot_tasks = slot_tasks.load(relaxed);
     s.task_exceptions = task_exceptions.load(relaxed);
     s.tasks_cancelled = tasks_cancelled.load(relaxed);
     s.idle_periods = idle_periods.load(relaxed);
@@ -151,7 +166,8 @@ struct WorkerPool::Shared {
   }
 
   void run_worker(Worker& w, std::latch& started);
-  // Runs a FIFO list of tasks and frees their nodes (the wake node is skipped, never freed); the
+  // Runs a FIFO list of tasks and frees their nodes (the slot is emptied and released, the wake
+  // node skipped); the
   // first one starts at first_start_ns. Returns false if the worker must stop (cancel): the rest
   // of the list has then been destroyed unrun.
   bool run_tasks(Worker& w, TaskNode* list, std::int64_t first_start_ns) noexcept;
@@ -165,7 +181,7 @@ bool WorkerPool::Shared::run_tasks(Worker& w, TaskNode* list, std::int64_t first
     list = node->next;
     if (node == &w.wake_node) continue;
     if (w.stop.load(std::memory_order_acquire) == stop_cancel) {
-      delete node;
+      w.dispose(node);
       bump(w.tasks_cancelled);
       continue;
     }
@@ -179,7 +195,7 @@ bool WorkerPool::Shared::run_tasks(Worker& w, TaskNode* list, std::int64_t first
     // Recorded after the task, so that what the task hands on (a reply, the next hop) leaves first.
     w.latency.record(latency);
     bump(w.tasks_run);
-    delete node;
+    w.dispose(node);
     start = 0;
   }
   return w.stop.load(std::memory_order_acquire) != stop_cancel;
@@ -294,12 +310,20 @@ SubmitOutcome WorkerPool::Shared::submit_to(Worker& w, Task&& task) {
     w.inflight_submits.fetch_sub(1, std::memory_order_release);
     return SubmitOutcome::rejected;
   }
-  TaskNode* node;
-  try {
-    node = new TaskNode{nullptr, monotonic_ns(), std::move(task)};
-  } catch (...) {
-    w.inflight_submits.fetch_sub(1, std::memory_order_release);
-    throw;
+  // The stamp before the claim: between the claim and the push the worker's poll may pull the
+  // line away, so that window must be a few stores, not a clock read.
+  const std::int64_t submit_ns = monotonic_ns();
+  TaskNode* node = w.queue.try_claim_slot();
+  if (node != nullptr) {
+    node->submit_ns = submit_ns;
+    node->task = std::move(task);  // noexcept
+  } else {
+    try {
+      node = new TaskNode{nullptr, submit_ns, std::move(task)};
+    } catch (...) {
+      w.inflight_submits.fetch_sub(1, std::memory_order_release);
+      throw;
+    }
   }
   const WakePath path = w.queue.push(node);
   w.inflight_submits.fetch_sub(1, std::memory_order_release);
@@ -402,6 +426,7 @@ WorkerStats WorkerPool::stats(int cpu) const {
   std::lock_guard lock(shared_->reset_mutex);
   const WorkerStats& b = w->baseline;
   s.tasks_run = sat_sub(s.tasks_run, b.tasks_run);
+  s.slot_tasks = sat_sub(s.slot_tasks, b.slot_tasks);
   s.task_exceptions = sat_sub(s.task_exceptions, b.task_exceptions);
   s.tasks_cancelled = sat_sub(s.tasks_cancelled, b.tasks_cancelled);
   s.idle_periods = sat_sub(s.idle_periods, b.idle_periods);
@@ -479,7 +504,7 @@ void WorkerPool::shutdown(ShutdownMode mode) {
       while (list != nullptr) {
         TaskNode* next = list->next;
         if (list != &w->wake_node) {
-          delete list;
+          w->dispose(list);
           bump(w->tasks_cancelled);
         }
         list = next;

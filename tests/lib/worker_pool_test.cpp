@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -165,15 +166,50 @@ TEST_CASE("pool: tasks from one submitter run in order, move-only state travels"
   o.cpus = {my_cpus().back()};
   const int cpu = o.cpus[0];
   std::vector<int> order;  // touched only by the worker until shutdown joins it
-  {
-    WorkerPool pool(o);
-    for (int i = 0; i < 1000; ++i) {
-      auto boxed = std::make_unique<int>(i);
-      pool.submit(cpu, [&order, b = std::move(boxed)] { order.push_back(*b); });
-    }
-  }  // destructor drains
+  WorkerPool pool(o);
+  for (int i = 0; i < 1000; ++i) {
+    auto boxed = std::make_unique<int>(i);
+    pool.submit(cpu, [&order, b = std::move(boxed)] { order.push_back(*b); });
+    if (i % 100 == 0) std::this_thread::sleep_for(1ms);  // let the worker catch up: the slot frees
+  }
+  pool.shutdown(ShutdownMode::drain);
   REQUIRE(order.size() == 1000);
   for (int i = 0; i < 1000; ++i) REQUIRE(order[static_cast<std::size_t>(i)] == i);
+  // Both kinds of node were used (the inline slot whenever it was free, heap nodes while it was
+  // held), and the order above held across them.
+  const WorkerStats s = pool.stats(cpu);
+  CHECK(s.slot_tasks >= 1);
+  CHECK(s.slot_tasks < 1000);
+}
+
+TEST_CASE("pool: a ping-pong between two workers travels in their inline slots", "[pool]") {
+  const std::vector<int> cpus = my_cpus();
+  REQUIRE(cpus.size() >= 2);  // one worker hopping to itself finds its own slot held
+  PoolOptions o;
+  o.cpus = {cpus[0], cpus[1]};
+  WorkerPool pool(o);
+  const int a = cpus[0], b = cpus[1];
+  constexpr int hops = 2000;
+  std::atomic<int> done{0};
+  std::function<void(int)> hop = [&](int left) {
+    if (left == 0) {
+      done.store(1);
+      return;
+    }
+    const int next = (left % 2 == 0) ? a : b;
+    pool.submit(next, [&hop, left] { hop(left - 1); });
+  };
+  hop(hops);
+  REQUIRE(eventually([&] { return done.load() == 1; }));
+  std::uint64_t run = 0, slot = 0;
+  for (const auto& s : pool.all_stats()) {
+    run += s.tasks_run;
+    slot += s.slot_tasks;
+  }
+  CHECK(run == hops);
+  // A hop finds the slot taken only if its worker was preempted between submitting the next hop
+  // and releasing its slot.
+  CHECK(slot > run / 2);
 }
 
 TEST_CASE("pool: submit without a CPU picks a worker", "[pool]") {
@@ -249,6 +285,40 @@ TEST_CASE("pool: shutdown(cancel) finishes the running task and destroys the que
   WorkerStats s = pool.stats(cpu);
   CHECK(s.tasks_run == 1);
   CHECK(s.tasks_cancelled == static_cast<std::uint64_t>(queued + probes));
+}
+
+TEST_CASE("pool: shutdown(cancel) destroys a task queued in the inline slot", "[pool]") {
+  PoolOptions o;
+  o.cpus = {my_cpus().front()};
+  const int cpu = o.cpus[0];
+  WorkerPool pool(o);
+  std::atomic<bool> first_go{false}, second_started{false}, second_go{false};
+  std::atomic<int> ran{0};
+  // First task: takes the slot and holds it while it runs. Second: a heap node (the slot is held).
+  pool.submit(cpu, [&] {
+    while (!first_go.load()) std::this_thread::sleep_for(100us);
+  });
+  pool.submit(cpu, [&] {
+    second_started.store(true);
+    while (!second_go.load()) std::this_thread::sleep_for(100us);
+  });
+  first_go.store(true);
+  // The worker released the slot before it started the second task: the third takes the slot and
+  // waits in the queue.
+  REQUIRE(eventually([&] { return second_started.load(); }));
+  auto destroyed = std::make_shared<int>(0);
+  REQUIRE(pool.submit(cpu, [&ran, d = destroyed] { ran.fetch_add(1); }) == SubmitOutcome::queued);
+  std::thread stopper([&] { pool.shutdown(ShutdownMode::cancel); });
+  REQUIRE(eventually([&] { return pool.submit(cpu, [] {}) == SubmitOutcome::rejected; }));
+  std::this_thread::sleep_for(200ms);  // the cancel flag is stored right after accepting is cleared
+  second_go.store(true);
+  stopper.join();
+  CHECK(ran.load() == 0);
+  CHECK(destroyed.use_count() == 1);
+  const WorkerStats s = pool.stats(cpu);
+  CHECK(s.tasks_run == 2);
+  CHECK(s.slot_tasks == 2);  // the first task and the cancelled third
+  CHECK(s.tasks_cancelled >= 1);
 }
 
 TEST_CASE("pool: window cap changes take effect at the next park", "[pool]") {

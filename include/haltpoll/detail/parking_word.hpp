@@ -1,29 +1,33 @@
-// ParkingWord<W>: the poll-then-futex wait shared by Parker and the WorkerPool's task queue.
+// ParkingWord<W, Sticky>: the poll-then-futex wait shared by Parker and the WorkerPool's task queue.
 //
-// One word; its two low bits are the owner's idle state, the other bits a payload:
-//   0            the owner is running, nothing pending;
-//   kPolling     the owner polls the word (cond_load_acquire_timeout) for up to its window;
-//   kParked      the owner is (about to be) in FUTEX_WAIT on the word's low 32 bits;
-//   payload != 0 (state bits 0) something is pending: a notification (Parker) or the top of a
-//                stack of task nodes (WorkerPool). Notifiers replace the whole word, state bits
-//                included, with a payload by one release RMW (exchange or compare-exchange), and
-//                call FUTEX_WAKE only when the value they replaced was kParked.
+// One word; its two low bits are the owner's idle state, the `Sticky` bits (0, or the queue's
+// SLOT_CLAIMED bit) belong to the user and are never changed here, the other bits are a payload:
+//   payload 0, state 0         the owner is running, nothing pending;
+//   payload 0, kPolling        the owner polls the word (cond_load_acquire_timeout) for up to its window;
+//   payload 0, kParked         the owner is (about to be) in FUTEX_WAIT on the word's low 32 bits;
+//   payload != 0, state 0      something is pending: a notification (Parker) or the top of a stack
+//                              of task nodes (WorkerPool). Notifiers replace payload and state bits
+//                              with a payload (keeping the sticky bits) by one release RMW
+//                              (exchange or compare-exchange), and call FUTEX_WAKE only when the
+//                              value they replaced had kParked.
 // Invariant: the state bits are non-zero only while the payload is zero (a notifier's RMW clears
 // them, and only the owner sets them, from 0).
 //
-// The owner's park() moves 0 → kPolling → kParked by compare-exchange and takes the payload with an
-// acquire exchange to 0. Both sides use RMWs on the one word, so whichever comes second in the
-// word's modification order sees the other's value: no lost wake-up (docs/design.md has the
-// argument; tests/model/parker.pml and tests/model/parking_queue.pml check every interleaving).
+// The owner's park() moves the state 0 -> kPolling -> kParked by compare-exchange (retrying when
+// only a sticky bit changed under it) and takes the payload with one acquire RMW that leaves only
+// the sticky bits. Both sides use RMWs on the one word, so whichever comes second in the word's
+// modification order sees the other's value: no lost wake-up (docs/design.md has the argument;
+// tests/model/parker.pml and tests/model/parking_queue.pml check every interleaving).
 //
 // Putting the task queue's head and the park state in one word means a hand-off to a polling worker
-// moves one cache line (the word) plus the task node, instead of a queue line and a separate parker
-// line: the pool's ping-pong went from 3.0x to about 2.1x a raw spin (docs/performance.md).
+// moves one cache line (the word) plus the task, instead of a queue line and a separate parker
+// line; the queue's inline slot (parking_queue.hpp) puts the task in that line too.
 //
-// W is std::uint32_t (Parker) or std::uintptr_t (a pointer payload, 4-byte aligned or more). The
-// futex always watches the low 32 bits: a pointer payload has them != kParked because of its
-// alignment, so FUTEX_WAIT(kParked) sees every change that matters. The member functions are
-// defined in src/lib/parker.cpp and instantiated there for those two types.
+// W is std::uint32_t (Parker) or std::uintptr_t (a pointer payload, aligned to more than the state
+// and sticky bits). The futex always watches the low 32 bits and waits on the value it last read
+// (kParked plus whatever sticky bits were set): a pointer payload's low 32 bits have the state bits
+// clear, so they never equal it, and FUTEX_WAIT sees every change that matters. The member
+// functions are defined in src/lib/parker.cpp and instantiated there for the two users.
 #pragma once
 
 #include <atomic>
@@ -61,26 +65,40 @@ struct ParkCounters {
   std::atomic<std::uint64_t> futex_waits{0};            // FUTEX_WAIT calls
 };
 
-template <class W>
+template <class W, W Sticky = 0>
 class ParkingWord {
  public:
   static_assert(std::is_same_v<W, std::uint32_t> || std::is_same_v<W, std::uintptr_t>);
+  static_assert((Sticky & 3) == 0, "the two low bits are the state");
   static_assert(std::atomic<W>::is_always_lock_free && sizeof(std::atomic<W>) == sizeof(W));
   static_assert(std::endian::native == std::endian::little || std::endian::native == std::endian::big);
 
   static constexpr W kParked = 1;
   static constexpr W kPolling = 2;
   static constexpr W kStateMask = 3;
+  static constexpr W kSticky = Sticky;
+  static constexpr W kPayloadMask = ~(kStateMask | Sticky);
 
-  // Owner only. Returns once a payload is there and takes it (exchange to 0): polls for up to
+  static constexpr W payload(W v) noexcept { return v & kPayloadMask; }
+
+  // Owner only. Returns once a payload is there and takes it (see take_now): polls for up to
   // window_ns (<= 0: no polling, straight to the futex, like the kernel with poll_limit_ns == 0),
-  // then FUTEX_WAITs. The word must be 0 or hold a payload on entry (the owner is not idle).
+  // then FUTEX_WAITs. The state bits must be 0 on entry (the owner is not idle).
   W park(std::int64_t window_ns, ParkInfo& out, ParkCounters& counters) noexcept;
 
   // Owner only: takes a pending payload without waiting; 0 if there is none.
   W take() noexcept {
-    if (word.load(std::memory_order_relaxed) == 0) return 0;
-    return word.exchange(0, std::memory_order_acquire);
+    if (payload(word.load(std::memory_order_relaxed)) == 0) return 0;
+    return take_now();
+  }
+
+  // Owner only: takes the payload (0 if none) with one acquire RMW that leaves only the sticky bits.
+  W take_now() noexcept {
+    if constexpr (Sticky == 0) {
+      return word.exchange(0, std::memory_order_acquire);
+    } else {
+      return payload(word.fetch_and(Sticky, std::memory_order_acquire));
+    }
   }
 
   // Notifier, right after the release RMW that replaced `old` with a payload.
@@ -109,10 +127,11 @@ class ParkingWord {
   void futex_wake() noexcept;
 };
 
+// The queue's sticky bit: SLOT_CLAIMED (parking_queue.hpp).
+inline constexpr std::uintptr_t kSlotClaimed = 4;
+
 extern template class ParkingWord<std::uint32_t>;
-#if UINTPTR_MAX != UINT32_MAX
-extern template class ParkingWord<std::uintptr_t>;
-#endif
+extern template class ParkingWord<std::uintptr_t, kSlotClaimed>;
 
 }  // namespace detail
 }  // namespace haltpoll
