@@ -53,10 +53,13 @@ W ParkingWord<W, Sticky>::park(std::int64_t window_ns, ParkInfo& out, ParkCounte
   if (window_ns > 0) {
     // While the owner polls, only a notifier (payload) or a user (sticky bits) changes the word.
     cur = cond_load_acquire_timeout(word, [](W v) { return payload(v) != 0; }, MonotonicClock{}, window_ns);
-    if constexpr (std::is_same_v<W, std::uintptr_t>) {
-      // A pointer payload (the pool's newest task node): start fetching it now, so that it travels
-      // while the clock is read and the word is taken. A prefetch never faults.
-      if (payload(cur) != 0) {
+    if (payload(cur) != 0) {
+      // The poll read the line shared; the take below needs it exclusive. Ask for that now
+      // (PREFETCHW / PRFM PSTL1KEEP), so that the upgrade travels while the clock is read.
+      __builtin_prefetch(&word, 1);
+      if constexpr (std::is_same_v<W, std::uintptr_t>) {
+        // A pointer payload (the pool's newest task node, unless it is the slot in this line):
+        // start fetching it too. A prefetch never faults.
         __builtin_prefetch(reinterpret_cast<const void*>(payload(cur)));
         __builtin_prefetch(reinterpret_cast<const char*>(payload(cur)) + 64);
       }
