@@ -167,9 +167,8 @@ struct WorkerPool::Shared {
 
   void run_worker(Worker& w, std::latch& started);
   // Runs a FIFO list of tasks and frees their nodes (the slot is emptied and released, the wake
-  // node skipped); the
-  // first one starts at first_start_ns. Returns false if the worker must stop (cancel): the rest
-  // of the list has then been destroyed unrun.
+  // node skipped); the first one starts at first_start_ns. Returns false if the worker must stop
+  // (cancel): the rest of the list has then been destroyed unrun.
   bool run_tasks(Worker& w, TaskNode* list, std::int64_t first_start_ns) noexcept;
   SubmitOutcome submit_to(Worker& w, Task&& task);
 };
