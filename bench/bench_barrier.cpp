@@ -12,6 +12,7 @@
 //    of the barrier's clock reads: the host ran something else on the vCPU).
 // Sections 1 and 2 run for the default backend; a short version runs for every other backend.
 // Prints one JSON object on stdout. Runtime is bounded (~5-10 s).
+#include "bench_common.hpp"
 #include "haltpoll/barrier.hpp"
 #include "haltpoll/clock.hpp"
 
@@ -33,12 +34,7 @@ namespace {
 
 using haltpoll::BarrierBackend;
 
-bool pin_to(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
-}
+using benchutil::pin_to;
 
 // Hardware counter when calibrated (cheaper than the clock, so it disturbs the hand-off less).
 struct Stopwatch {

@@ -11,6 +11,7 @@
 //                the line with a compare-exchange, writes the stamp and the payload, publishes with
 //                a fetch_add (two RMWs on one line); the receiver polls for the publish bit.
 // Four rounds of the four variants, interleaved. Prints one JSON object.
+#include "bench_common.hpp"
 #include "haltpoll/arch/select.hpp"
 #include "haltpoll/clock.hpp"
 
@@ -29,12 +30,7 @@ namespace {
 
 using haltpoll::monotonic_ns;
 
-void pin_to(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-}
+using benchutil::pin_to;
 
 using haltpoll::arch::native::cpu_relax;  // PAUSE / YIELD, as the barrier uses
 
@@ -148,13 +144,7 @@ std::int64_t p50(std::vector<std::int64_t> v) {
 }  // namespace
 
 int main() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  sched_getaffinity(0, sizeof(set), &set);
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
+  const std::vector<int> cpus = benchutil::affinity_cpus();
   if (cpus.size() < 2) {
     std::printf("{\"error\": \"needs two CPUs\"}\n");
     return 1;

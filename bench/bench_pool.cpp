@@ -13,6 +13,7 @@
 //    the submit→start p50/p99, the worker's CPU per wake and its polling CPU %.
 // Prints one JSON object on stdout (targets evaluated under "targets"). Runtime is bounded (~30 s;
 // --scale X multiplies every duration).
+#include "bench_common.hpp"
 #include "haltpoll/arch/select.hpp"
 #include "haltpoll/clock.hpp"
 #include "haltpoll/latency_histogram.hpp"
@@ -55,23 +56,8 @@ using haltpoll::monotonic_ns;
 
 double g_scale = 1.0;
 
-bool pin_to(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
-}
-
-std::vector<int> affinity_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return cpus;
-}
+using benchutil::affinity_cpus;
+using benchutil::pin_to;
 
 using haltpoll::arch::native::cpu_relax;  // PAUSE / YIELD, as the barrier uses
 
@@ -151,6 +137,16 @@ struct PingPongResult {
   Samples one_way;
   std::uint64_t rounds = 0;
   double cpu_s_per_op = 0;
+
+  // Appends another block's samples; the CPU per operation becomes the rounds-weighted mean.
+  void add(const PingPongResult& o) {
+    one_way.values.insert(one_way.values.end(), o.one_way.values.begin(), o.one_way.values.end());
+    const double total = static_cast<double>(rounds + o.rounds);
+    if (total > 0) {
+      cpu_s_per_op = (cpu_s_per_op * static_cast<double>(rounds) + o.cpu_s_per_op * static_cast<double>(o.rounds)) / total;
+    }
+    rounds += o.rounds;
+  }
 };
 
 struct Budget {
@@ -524,17 +520,10 @@ int main(int argc, char** argv) {
   {
     constexpr int kBlocks = 4;
     const Budget block{fast.warmup / kBlocks, fast.max_rounds / kBlocks, fast.max_ns / kBlocks};
-    double raw_cpu = 0, pool_cpu = 0;
     for (int i = 0; i < kBlocks; ++i) {
-      PingPongResult r = bench_raw_spin(a, b, block);
-      raw.one_way.values.insert(raw.one_way.values.end(), r.one_way.values.begin(), r.one_way.values.end());
-      raw.rounds += r.rounds;
-      raw_cpu += r.cpu_s_per_op * static_cast<double>(r.rounds);
+      raw.add(bench_raw_spin(a, b, block));
       PoolPingPong p = bench_pool(a, b, "adaptive", block);
-      pool.result.one_way.values.insert(pool.result.one_way.values.end(), p.result.one_way.values.begin(),
-                                        p.result.one_way.values.end());
-      pool.result.rounds += p.result.rounds;
-      pool_cpu += p.result.cpu_s_per_op * static_cast<double>(p.result.rounds);
+      pool.result.add(p.result);
       pool_idle += p.a.idle_periods + p.b.idle_periods;
       pool_hits += p.a.poll_hits + p.b.poll_hits;
       pool_tasks += p.a.tasks_run + p.b.tasks_run;
@@ -542,8 +531,6 @@ int main(int argc, char** argv) {
       pool.a = p.a;
       pool.b = p.b;
     }
-    raw.cpu_s_per_op = raw.rounds > 0 ? raw_cpu / static_cast<double>(raw.rounds) : 0;
-    pool.result.cpu_s_per_op = pool.result.rounds > 0 ? pool_cpu / static_cast<double>(pool.result.rounds) : 0;
   }
   put_pingpong(j, "raw_spin", raw);
   put_pingpong(j, "pool", pool.result);
