@@ -4,8 +4,8 @@
 // and reports, over the second half, the wake latency (p50, p90 of the model) and the busiest CPU's
 // poll share. Prints one JSON object: {"bench":"tuner_sim","rows":[...]}.
 //   bench_tuner_sim [ticks]
-#include "guest_model.hpp"
-#include "tuner.hpp"
+#include "sim/guest_model.hpp"
+#include "tuning/tuner.hpp"
 
 #include <cstdio>
 #include <cstdlib>

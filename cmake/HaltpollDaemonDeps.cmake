@@ -1,5 +1,6 @@
 # Third-party packages of the daemon and the client, all from Debian 12 (see docs/design.md).
 find_package(Boost 1.74 REQUIRED)                 # Asio (header-only)
+find_package(fmt REQUIRED)                        # formatting (also spdlog's)
 find_package(spdlog REQUIRED)                     # logging
 find_package(CLI11 REQUIRED)                      # command lines
 find_package(nlohmann_json 3.10 REQUIRED)         # config, varlink JSON

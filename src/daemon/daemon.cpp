@@ -1,19 +1,18 @@
 #include "daemon.hpp"
 
-#include "control_server.hpp"
-#include "control_service.hpp"
-#include "controller.hpp"
+#include "control/control_server.hpp"
+#include "control/control_service.hpp"
+#include "tuning/controller.hpp"
 #include "instance_lock.hpp"
 #include "logging.hpp"
-#include "metrics.hpp"
+#include "control/prometheus.hpp"
+#include "sysfs/file_io.hpp"
 #include "notify.hpp"
-#include "varlink.hpp"
+#include "varlink/varlink.hpp"
 
 #include "haltpoll/barrier.hpp"
 #include "haltpoll/version.hpp"
-#if HALTPOLLD_HAVE_POOL
 #include "haltpoll/worker_pool.hpp"
-#endif
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -130,9 +129,7 @@ struct Daemon::Impl final : ControlBackend {
   varlink::Registry registry_;
   std::optional<InstanceLock> lock_;
   std::unique_ptr<ControlServer> server_;
-#if HALTPOLLD_HAVE_POOL
   std::unique_ptr<haltpoll::WorkerPool> pool_;
-#endif
   std::unique_ptr<Controller> controller_;
   std::vector<unsigned> cpus_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
@@ -243,7 +240,8 @@ void Daemon::Impl::tick() {
 
 void Daemon::Impl::write_textfile() {
   if (config_.metrics.textfile.empty()) return;
-  std::string err = replace_file_atomically(config_.metrics.textfile, render_prometheus(stats()));
+  const int e = replace_file_atomically(config_.metrics.textfile, render_prometheus(stats()), {.mode = 0644});
+  const std::string err = e == 0 ? std::string() : errno_message("replace", config_.metrics.textfile, e);
   if (err != textfile_error_) {
     // Log a failure once, and its recovery once, not every tick.
     if (err.empty()) spdlog::info("metrics textfile {} written again", config_.metrics.textfile);
@@ -266,9 +264,7 @@ std::string Daemon::Impl::status_line() const {
 void Daemon::Impl::apply(const Config& next) {
   if (next.log.level != config_.log.level) setup_logging(next.log.level);
   if (server_) server_->update(server_options(next));
-#if HALTPOLLD_HAVE_POOL
   if (pool_ && next.pool.window_cap_ns != config_.pool.window_cap_ns) pool_->set_window_cap_ns(next.pool.window_cap_ns);
-#endif
   bool interval_changed = next.tuner.interval_ms != config_.tuner.interval_ms;
   if (next.metrics.textfile != config_.metrics.textfile) textfile_error_.clear();
   Config old = config_;
@@ -311,9 +307,7 @@ ReloadResult Daemon::Impl::reload() {
 }
 
 void Daemon::Impl::reset_stats() {
-#if HALTPOLLD_HAVE_POOL
   if (pool_) pool_->reset_stats();
-#endif
   spdlog::info("statistics reset");
 }
 
@@ -343,7 +337,6 @@ StatsSnapshot Daemon::Impl::stats() {
     s.control_errors_total = c.errors_total;
     s.control_rejected_total = c.rejected_total;
   }
-#if HALTPOLLD_HAVE_POOL
   if (pool_) {
     s.pin_failures = pool_->pin_failures().size();
     const auto& bounds = exposition_bounds();
@@ -375,7 +368,6 @@ StatsSnapshot Daemon::Impl::stats() {
     }
     return s;
   }
-#endif
   for (unsigned cpu : cpus_) {
     CpuStats c;
     c.cpu = cpu;
@@ -406,14 +398,12 @@ json Daemon::Impl::status() {
   s["config_file"] = config_file_;
   s["kernel"] = to_json(read_kernel_haltpoll_params(config_.sysfs_root));
   json pool = nullptr;
-#if HALTPOLLD_HAVE_POOL
   if (pool_) {
     json failures = json::array();
     for (const auto& [cpu, why] : pool_->pin_failures()) failures.push_back({{"cpu", cpu}, {"reason", why}});
     pool = {{"cpus", pool_->cpus()}, {"policy", config_.pool.policy}, {"window_cap_ns", pool_->window_cap_ns()},
             {"pin_failures", failures}};
   }
-#endif
   s["pool"] = pool;
   s["controller"] = controller;
   auto c = server_ ? server_->counters() : ControlServerCounters{};
@@ -448,7 +438,6 @@ int Daemon::Impl::run() {
   }
 
   try {
-#if HALTPOLLD_HAVE_POOL
     haltpoll::PoolOptions po;
     for (unsigned cpu : cpus_) po.cpus.push_back(static_cast<int>(cpu));
     po.policy = config_.pool.policy;
@@ -461,10 +450,6 @@ int Daemon::Impl::run() {
     pool_ = std::make_unique<haltpoll::WorkerPool>(po);
     for (const auto& [cpu, reason] : pool_->pin_failures()) spdlog::warn("worker of CPU {} runs unpinned: {}", cpu, reason);
     controller_ = std::make_unique<Controller>(controller_options(config_), pool_.get());
-#else
-    spdlog::warn("built without the worker pool: no per-CPU measurements");
-    controller_ = std::make_unique<Controller>(controller_options(config_), static_cast<haltpoll::WorkerPool*>(nullptr));
-#endif
     controller_->start();
     register_control_interface(registry_, *this);
     server_ = std::make_unique<ControlServer>(io_, registry_, server_opts);
@@ -499,9 +484,7 @@ int Daemon::Impl::run() {
     }
   }
   if (server_) server_->stop();
-#if HALTPOLLD_HAVE_POOL
   if (pool_) pool_->shutdown(haltpoll::ShutdownMode::cancel);
-#endif
   // A stale textfile would keep reporting the last values as if the daemon still ran.
   if (!config_.metrics.textfile.empty()) ::unlink(config_.metrics.textfile.c_str());
   spdlog::info("stopped");

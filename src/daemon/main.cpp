@@ -2,7 +2,7 @@
 #include "config.hpp"
 #include "daemon.hpp"
 #include "logging.hpp"
-#include "simulate.hpp"
+#include "sim/simulate.hpp"
 
 #include "haltpoll/version.hpp"
 

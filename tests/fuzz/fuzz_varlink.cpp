@@ -2,8 +2,8 @@
 // stream, fed to a FrameDecoder in chunks whose sizes come from the input itself; every complete
 // message is decoded and dispatched through the real io.haltpolld registry (over a fake backend),
 // and every reply must encode to exactly one NUL-terminated JSON object.
-#include "control_service.hpp"
-#include "varlink.hpp"
+#include "control/control_service.hpp"
+#include "varlink/varlink.hpp"
 
 #include <cstdint>
 #include <cstdlib>

@@ -1,0 +1,78 @@
+// ControlServer: the varlink control socket (AF_UNIX stream) on the daemon's control io_context.
+// It accepts connections, reads NUL-framed calls with a per-connection FrameDecoder, asks SO_PEERCRED
+// and SO_PEERGROUPS who the peer is, dispatches through a varlink::Registry and writes the replies
+// in call order. Streaming calls (`more`) are re-dispatched on a per-connection timer.
+//
+// Bounds, so that no client can stall or crash the daemon: a message is at most max_message_bytes
+// (else MessageTooLarge, then close), a malformed message gets MalformedMessage and the connection
+// is closed, at most max_connections are open (the next gets TooManyConnections and is closed), a
+// connection that completes no message for idle_timeout_ms is closed (half-sent messages included),
+// and a client that does not read its replies is closed once max_write_queue_bytes are queued; a
+// Watch stream skips a tick instead of queueing behind an unread reply.
+//
+// Threading: everything runs on the one thread that runs the io_context; no member is touched from
+// anywhere else, so there are no locks. This header does not include Asio (the io_context is only
+// forward-declared) so that the daemon's other code compiles without it.
+#pragma once
+
+#include "varlink/varlink.hpp"
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace haltpolld {
+
+struct ControlServerOptions {
+  std::string path;
+  unsigned mode = 0660;
+  std::optional<gid_t> admin_gid;  // members may call admin_only methods (uid 0 and our euid always may)
+  unsigned max_connections = 128;
+  unsigned idle_timeout_ms = 60000;
+  std::size_t max_message_bytes = varlink::kMaxMessageBytes;
+  std::size_t max_write_queue_bytes = 4 * 1024 * 1024;
+};
+
+struct ControlServerCounters {
+  std::uint64_t connections_open = 0;
+  std::uint64_t connections_total = 0;
+  std::uint64_t requests_total = 0;
+  std::uint64_t errors_total = 0;
+  std::uint64_t rejected_total = 0;
+};
+
+class ControlServer {
+ public:
+  ControlServer(boost::asio::io_context& io, const varlink::Registry& registry, ControlServerOptions options);
+  ~ControlServer();
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Binds and listens. A leftover socket file at the path is removed first (the caller holds the
+  // single-instance lock, so it is stale); any other kind of file there is an error. Sets the file
+  // mode and, with an admin group, the file's group. Throws std::system_error with the reason.
+  void start();
+  // Closes the acceptor and every connection and removes the socket file. Idempotent.
+  void stop();
+  // Applies the settings that may change at run time: admin_gid, max_connections, idle_timeout_ms.
+  void update(const ControlServerOptions& options);
+  ControlServerCounters counters() const;
+
+  struct Impl;  // public so that the connections in control_server.cpp can name it
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// Resolves a group name to its gid (getgrnam_r); nullopt for an unknown group.
+std::optional<gid_t> resolve_group(const std::string& name);
+
+}  // namespace haltpolld

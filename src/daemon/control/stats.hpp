@@ -1,0 +1,66 @@
+// The daemon's numbers as one plain value (StatsSnapshot) and its JSON form (GetStats/Watch); the
+// Prometheus form is in prometheus.hpp. The snapshot is taken on the control thread from the pool's counters
+// (which the workers update with relaxed atomics, so a snapshot is per-counter exact but not a
+// cross-counter atomic cut); everything here is pure formatting and unit-tested on its own: no file or socket I/O.
+#pragma once
+
+#include "sysfs/kernel_params.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace haltpolld {
+
+struct LatencyBucket {
+  std::uint64_t le_ns;  // upper bound, inclusive; UINT64_MAX = +Inf
+  std::uint64_t count;  // samples in this bucket only (not cumulative)
+};
+
+struct CpuStats {
+  unsigned cpu = 0;
+  std::uint64_t tasks_run = 0;
+  std::uint64_t task_exceptions = 0;
+  std::uint64_t poll_hits = 0;
+  std::uint64_t poll_misses = 0;
+  std::uint64_t futex_waits = 0;
+  std::uint64_t wakes_without_syscall = 0;
+  std::uint64_t poll_ns = 0;    // time spent polling, cumulative
+  std::uint64_t window_ns = 0;  // current poll window
+  // Submit→start latency (the wake latency of this CPU's worker).
+  std::uint64_t latency_count = 0;
+  std::uint64_t latency_sum_ns = 0;
+  std::uint64_t p50_ns = 0, p90_ns = 0, p99_ns = 0, p999_ns = 0;
+  std::vector<LatencyBucket> latency_buckets;
+};
+
+nlohmann::json to_json(const KernelHaltpollParams& k);
+
+struct StatsSnapshot {
+  std::string version;
+  std::string mode;           // effective mode
+  std::string backend;        // wait backend of the pool
+  double uptime_seconds = 0;
+  std::uint64_t monotonic_ns = 0;  // when taken (CLOCK_MONOTONIC), for client-side rates
+  std::vector<CpuStats> cpus;
+  KernelHaltpollParams kernel;
+  std::uint64_t pin_failures = 0;
+  std::uint64_t tuner_ticks = 0;
+  std::uint64_t config_reloads = 0;
+  std::uint64_t config_reload_failures = 0;
+  std::uint64_t control_connections = 0;  // open now
+  std::uint64_t control_connections_total = 0;
+  std::uint64_t control_requests_total = 0;
+  std::uint64_t control_errors_total = 0;  // error replies sent
+  std::uint64_t control_rejected_total = 0;  // connections refused (limit) or closed (malformed, idle)
+};
+
+// GetStats/Watch payload. `cpu` filters to one CPU (the caller checks that it exists);
+// `histogram` includes each CPU's buckets.
+nlohmann::json stats_to_json(const StatsSnapshot& s, std::optional<unsigned> cpu, bool histogram);
+
+}  // namespace haltpolld

@@ -1,0 +1,72 @@
+// SysfsHaltpollParams: the actuator for the kernel's haltpoll governor parameters under
+// `<sysfs_root>/sys/module/haltpoll/parameters/`. It detects whether writing them can have any
+// effect (module present, cpuidle driver registered, current governor "haltpoll") and says
+// precisely why not; before its first write it saves all five original values to a state file
+// (write to a temporary file, fsync, rename, fsync the directory) so that the next start after a
+// crash or SIGKILL can put them back; it writes only on change; restore() puts the originals back
+// and removes the state file. A failed write reports errno and the path, changes nothing else and
+// leaves the caller to degrade to observe mode. Not thread-safe: the Controller serialises calls.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace haltpolld {
+
+struct KernelHaltpollState {
+  bool params_present = false;  // <root>/sys/module/haltpoll/parameters exists
+  std::string driver;           // cpuidle/current_driver ("" when unreadable)
+  std::string governor;         // cpuidle/current_governor (or current_governor_ro)
+  bool active = false;          // writing the parameters changes the idle path
+  std::string reason;           // why not active (empty when active)
+};
+
+class SysfsHaltpollParams {
+ public:
+  static constexpr std::array<const char*, 5> kParams = {
+      "guest_halt_poll_ns", "guest_halt_poll_grow", "guest_halt_poll_grow_start", "guest_halt_poll_shrink",
+      "guest_halt_poll_allow_shrink"};
+
+  struct Result {
+    bool ok = true;
+    bool written = false;  // something was actually written
+    int error = 0;         // errno of the failure
+    std::string message;
+  };
+
+  SysfsHaltpollParams(std::string sysfs_root, std::string state_file);
+
+  KernelHaltpollState detect() const;
+  std::string params_dir() const;
+  const std::string& state_file() const noexcept { return state_file_; }
+
+  std::optional<std::string> read(const char* name) const;
+  std::optional<std::uint32_t> read_poll_ns() const;
+
+  // A state file left by a run that did not stop cleanly: put its values back and remove it.
+  // ok=true, written=false and an empty message when there was none.
+  Result recover();
+
+  // Saves the originals (first call only), then writes guest_halt_poll_ns when it differs.
+  Result set_poll_ns(std::uint32_t ns);
+
+  // Puts the saved originals back (only those that differ) and removes the state file.
+  Result restore();
+  bool has_saved_originals() const noexcept { return saved_.has_value(); }
+  const std::optional<std::map<std::string, std::string>>& saved_originals() const noexcept { return saved_; }
+
+ private:
+  Result save_originals();
+  Result write_param(const std::string& dir, const std::string& name, const std::string& value) const;
+  Result restore_values(const std::string& dir, const std::map<std::string, std::string>& values) const;
+
+  std::string root_;
+  std::string state_file_;
+  std::optional<std::map<std::string, std::string>> saved_;
+  std::optional<std::uint32_t> last_written_;
+};
+
+}  // namespace haltpolld

@@ -1,0 +1,166 @@
+#include "sysfs/sensors.hpp"
+
+#include "sysfs/file_io.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+namespace haltpolld {
+
+std::optional<std::vector<int>> parse_cpu_list(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    part.erase(std::remove_if(part.begin(), part.end(), [](char c) { return c == ' ' || c == '\n'; }), part.end());
+    if (part.empty()) continue;
+    int a = 0, b = 0;
+    const auto dash = part.find('-');
+    const std::string first = part.substr(0, dash);
+    auto r = std::from_chars(first.data(), first.data() + first.size(), a);
+    if (r.ec != std::errc{} || r.ptr != first.data() + first.size() || a < 0) return std::nullopt;
+    b = a;
+    if (dash != std::string::npos) {
+      const std::string second = part.substr(dash + 1);
+      r = std::from_chars(second.data(), second.data() + second.size(), b);
+      if (r.ec != std::errc{} || r.ptr != second.data() + second.size() || b < a) return std::nullopt;
+    }
+    if (b - a > 4096) return std::nullopt;
+    for (int c = a; c <= b; ++c) out.push_back(c);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+namespace {
+
+std::uint64_t delta(std::uint64_t now, std::uint64_t before) { return now >= before ? now - before : 0; }
+
+}  // namespace
+
+Sensors::Sensors(std::string sysfs_root, std::vector<int> cpus) : root_(std::move(sysfs_root)), cpus_(std::move(cpus)) {
+  // push_back rather than assigning "/": GCC 12 -O2 reports a false -Wrestrict on the assignment.
+  if (root_.empty() || root_.back() != '/') root_.push_back('/');
+  if (cpus_.empty()) {
+    if (auto online = read_small_file(root_ + "sys/devices/system/cpu/online")) {
+      if (auto list = parse_cpu_list(*online)) cpus_ = *list;
+    }
+  }
+  last_idle_.resize(cpus_.size());
+  cpuidle_status_ = "not sampled yet";
+}
+
+std::optional<CpuidleCounters> Sensors::read_cpuidle(int cpu) const {
+  const std::string dir = fmt::format("{}sys/devices/system/cpu/cpu{}/cpuidle/", root_, cpu);
+  CpuidleCounters c;
+  for (int k = 0;; ++k) {
+    const std::string sdir = fmt::format("{}state{}/", dir, k);
+    auto name = read_small_file(sdir + "name");
+    if (!name) break;
+    auto usage = read_u64_file(sdir + "usage");
+    auto time = read_u64_file(sdir + "time");
+    if (!usage || !time) break;
+    c.state_names.push_back(*name);
+    if (*name == "POLL") {
+      c.poll_usage += *usage;
+      c.poll_time_us += *time;
+    } else {
+      c.halt_usage += *usage;
+      c.halt_time_us += *time;
+    }
+  }
+  if (c.state_names.empty()) return std::nullopt;
+  return c;
+}
+
+std::optional<ProcStatTimes> Sensors::read_proc_stat() const {
+  std::ifstream f(root_ + "proc/stat");
+  if (!f) return std::nullopt;
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("cpu ", 0) != 0) continue;
+    std::istringstream ss(line.substr(4));
+    std::uint64_t v[8] = {};
+    for (auto& x : v) {
+      if (!(ss >> x)) x = 0;
+    }
+    ProcStatTimes t;
+    for (auto x : v) t.total += x;
+    t.steal = v[7];
+    return t;
+  }
+  return std::nullopt;
+}
+
+Observation Sensors::sample(std::uint64_t now_ns) {
+  Observation obs;
+  const std::uint64_t elapsed = primed_ ? delta(now_ns, last_ns_) : 0;
+  obs.elapsed_ns = elapsed;
+
+  bool any_idle = false;
+  std::string names;
+  double max_cpu = 0, sum_cpu = 0, wakes = 0;
+  for (std::size_t i = 0; i < cpus_.size(); ++i) {
+    auto now = read_cpuidle(cpus_[i]);
+    if (now) {
+      any_idle = true;
+      if (names.empty()) {
+        for (const auto& n : now->state_names) names += (names.empty() ? "" : ",") + n;
+      }
+      if (primed_ && last_idle_[i] && elapsed > 0) {
+        const auto& before = *last_idle_[i];
+        CpuIdleDelta d;
+        d.cpu = cpus_[i];
+        d.poll_usage = delta(now->poll_usage, before.poll_usage);
+        d.poll_ns = delta(now->poll_time_us, before.poll_time_us) * 1000;
+        d.halt_usage = delta(now->halt_usage, before.halt_usage);
+        d.halt_ns = delta(now->halt_time_us, before.halt_time_us) * 1000;
+        const double cpu =
+            std::min(100.0, 100.0 * static_cast<double>(d.poll_ns) / static_cast<double>(elapsed));
+        max_cpu = std::max(max_cpu, cpu);
+        sum_cpu += cpu;
+        // An idle period that polled and then halted shows up in both states: count it once.
+        wakes += static_cast<double>(std::max(d.poll_usage, d.halt_usage));
+        obs.cpuidle.push_back(d);
+      }
+    }
+    last_idle_[i] = std::move(now);
+  }
+  cpuidle_available_ = any_idle;
+  if (!any_idle) {
+    cpuidle_status_ = cpus_.empty()
+                          ? "no CPUs to read"
+                          : fmt::format("no cpuidle states under {}sys/devices/system/cpu/cpu{}/cpuidle "
+                                        "(no cpuidle driver registered): poll CPU cannot be measured",
+                                        root_, cpus_.front());
+  } else {
+    cpuidle_status_ = "states " + names;
+  }
+  if (!obs.cpuidle.empty()) {
+    obs.poll_cpu_percent = max_cpu;
+    obs.mean_poll_cpu_percent = sum_cpu / static_cast<double>(obs.cpuidle.size());
+    obs.total_poll_cpu_percent = sum_cpu;
+    obs.wakes_per_second = wakes * 1e9 / static_cast<double>(elapsed);
+    obs.cpu_source = "cpuidle";
+  }
+
+  auto stat = read_proc_stat();
+  if (primed_ && stat && last_stat_) {
+    const std::uint64_t total = delta(stat->total, last_stat_->total);
+    if (total > 0)
+      obs.steal_percent = 100.0 * static_cast<double>(delta(stat->steal, last_stat_->steal)) /
+                          static_cast<double>(total);
+  }
+  last_stat_ = stat;
+  last_ns_ = now_ns;
+  primed_ = true;
+  return obs;
+}
+
+}  // namespace haltpolld

@@ -1,0 +1,63 @@
+// Sensors: the kernel-side inputs of one tick, read from a sysfs/procfs tree rooted at
+// `sysfs_root` ("/" in production, a temporary directory in tests). Per CPU, the cpuidle states
+// `<root>/sys/devices/system/cpu/cpuN/cpuidle/stateK/{name,usage,time}` are classified by name
+// (POLL is the polling state, every other state counts as halt: haltpoll, HLT, C1 ...) and turned
+// into per-tick deltas; steal time comes from the aggregate line of `<root>/proc/stat`. A guest
+// without cpuidle states (no driver registered) yields no poll-CPU signal rather than zeros.
+// The caller passes the time of each sample, so the class owns no clock; not thread-safe.
+#pragma once
+
+#include "tuning/observation.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace haltpolld {
+
+struct CpuidleCounters {
+  std::uint64_t poll_usage = 0;
+  std::uint64_t poll_time_us = 0;
+  std::uint64_t halt_usage = 0;
+  std::uint64_t halt_time_us = 0;
+  std::vector<std::string> state_names;  // in state order, for status
+};
+
+struct ProcStatTimes {
+  std::uint64_t total = 0;  // user+nice+system+idle+iowait+irq+softirq+steal, in USER_HZ
+  std::uint64_t steal = 0;
+};
+
+// "0-3,6" → {0,1,2,3,6}; empty optional on a syntax error.
+std::optional<std::vector<int>> parse_cpu_list(const std::string& text);
+
+class Sensors {
+ public:
+  // `cpus` empty: the CPUs listed in <root>/sys/devices/system/cpu/online.
+  Sensors(std::string sysfs_root, std::vector<int> cpus);
+
+  std::optional<CpuidleCounters> read_cpuidle(int cpu) const;
+  std::optional<ProcStatTimes> read_proc_stat() const;
+
+  // Samples all counters at `now_ns` and returns the deltas since the previous call. The first call
+  // only primes the counters (elapsed_ns == 0, no signals).
+  Observation sample(std::uint64_t now_ns);
+
+  const std::vector<int>& cpus() const noexcept { return cpus_; }
+  bool cpuidle_available() const noexcept { return cpuidle_available_; }
+  // Why there is no poll-CPU signal, or the state names found ("POLL,haltpoll").
+  const std::string& cpuidle_status() const noexcept { return cpuidle_status_; }
+
+ private:
+  std::string root_;
+  std::vector<int> cpus_;
+  std::vector<std::optional<CpuidleCounters>> last_idle_;
+  std::optional<ProcStatTimes> last_stat_;
+  std::uint64_t last_ns_ = 0;
+  bool primed_ = false;
+  bool cpuidle_available_ = false;
+  std::string cpuidle_status_;
+};
+
+}  // namespace haltpolld

@@ -1,0 +1,96 @@
+// Controller: the daemon's sensor → tuner → actuator loop, one step per tick().
+// start() first puts back the haltpoll parameters left behind by a run that was killed (a state
+// file in `state_dir`), then detects whether kernel mode can work here and why not; the first write
+// to sysfs is preceded by saving the originals. Each tick reads the cpuidle and steal sensors, the
+// pool's counters and the probe latencies, asks the Tuner, and applies the Decision: to the kernel
+// when kernel mode is active, else to the pool's window cap (the only poll window this process can
+// move and measure itself) when there is a pool, else nowhere (observe). A write failure degrades
+// to observe with the reason in status(). stop() restores the originals and removes the state file.
+//
+// Thread-safety: every public method takes one mutex, so the control server may read status() and
+// decisions() from another thread than the one that ticks. The Prober runs its own thread.
+#pragma once
+
+#include "sysfs/actuator.hpp"
+#include "tuning/pool_access.hpp"
+#include "tuning/prober.hpp"
+#include "sysfs/sensors.hpp"
+#include "tuning/tuner.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace haltpoll {
+class WorkerPool;
+}
+
+namespace haltpolld {
+
+struct ControllerOptions {
+  std::string sysfs_root = "/";
+  std::string state_dir = "/run/haltpolld";
+  bool kernel_mode = false;  // false: observe (decide, never write sysfs)
+  std::vector<int> cpus;     // empty: the pool's CPUs, else the online CPUs
+  TunerParams tuner;
+  double probe_rate_hz = 100;  // per CPU; 0 disables probes
+  std::uint32_t interval_ms = 1000;
+  std::size_t decision_log_size = 256;
+};
+
+class Controller {
+ public:
+  Controller(ControllerOptions options, haltpoll::WorkerPool* pool);
+  // For tests: any PoolAccess (nullptr: no pool).
+  Controller(ControllerOptions options, std::unique_ptr<PoolAccess> pool);
+  ~Controller();  // stop() if the caller did not
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  void start();
+  Decision tick();
+  void stop();
+
+  nlohmann::json status() const;
+  nlohmann::json decisions() const;  // newest last
+  void update(const ControllerOptions& options);
+
+  const ControllerOptions& options() const noexcept { return options_; }
+  std::string state_file() const;
+
+ private:
+  enum class Target { none, kernel, pool };
+  void build_edges();
+  void start_prober();
+  void detect_locked();
+  Target target_locked() const;
+  void restore_locked();
+  static const char* target_name(Target t) noexcept;
+
+  mutable std::mutex mu_;
+  ControllerOptions options_;
+  std::unique_ptr<PoolAccess> pool_;
+  std::unique_ptr<Sensors> sensors_;
+  std::unique_ptr<SysfsHaltpollParams> actuator_;
+  std::unique_ptr<Prober> prober_;
+  Tuner tuner_;
+
+  bool started_ = false;
+  KernelHaltpollState kernel_;
+  std::string degraded_reason_;  // set when a write failed: kernel mode is off until reload
+  std::string recovery_message_;
+  std::uint64_t ticks_ = 0;
+  std::vector<PoolCounters> last_pool_;
+  haltpoll::LatencyHistogram carried_probes_;  // probe samples not yet used (fewer than min_latency_samples)
+  std::uint32_t carried_ticks_ = 0;
+  std::optional<Observation> last_obs_;
+  std::deque<nlohmann::json> log_;
+};
+
+}  // namespace haltpolld

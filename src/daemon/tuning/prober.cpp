@@ -1,0 +1,127 @@
+#include "tuning/prober.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <random>
+
+namespace haltpolld {
+
+struct Prober::State {
+  std::mutex mu;
+  std::vector<CpuProbes> window;  // since the last drain
+  std::vector<CpuProbes> total;
+
+  CpuProbes* find(std::vector<CpuProbes>& v, int cpu) {
+    for (auto& c : v)
+      if (c.cpu == cpu) return &c;
+    return nullptr;
+  }
+  void file(int cpu, ProbePath path, std::uint64_t ns) {
+    std::lock_guard lock(mu);
+    for (auto* v : {&window, &total}) {
+      CpuProbes* c = find(*v, cpu);
+      if (!c) continue;
+      switch (path) {
+        case ProbePath::poll_hit: c->poll_hit.record(ns); break;
+        case ProbePath::park_path: c->park_path.record(ns); break;
+        case ProbePath::queued: ++c->queued; break;
+        case ProbePath::rejected: ++c->rejected; break;
+      }
+    }
+  }
+};
+
+namespace {
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+struct ProbeRecord {
+  std::uint64_t submitted_ns = 0;
+  std::atomic<std::uint64_t> latency_ns{0};
+  std::atomic<ProbePath> path{ProbePath::rejected};
+  std::atomic<int> halves{0};
+};
+
+}  // namespace
+
+Prober::Prober(std::vector<int> cpus, double rate_hz_per_cpu, Submit submit, std::uint64_t seed)
+    : cpus_(std::move(cpus)), rate_hz_(rate_hz_per_cpu), submit_(std::move(submit)), seed_(seed),
+      state_(std::make_shared<State>()) {
+  for (int c : cpus_) {
+    state_->window.push_back(CpuProbes{c, {}, {}, 0, 0});
+    state_->total.push_back(CpuProbes{c, {}, {}, 0, 0});
+  }
+}
+
+Prober::~Prober() { stop(); }
+
+void Prober::start() {
+  if (thread_.joinable() || cpus_.empty() || !(rate_hz_ > 0) || !submit_) return;
+  {
+    std::lock_guard lock(stop_mu_);
+    stopping_ = false;
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+void Prober::stop() {
+  {
+    std::lock_guard lock(stop_mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Prober::run() {
+  std::mt19937_64 rng(seed_ ? seed_ : std::random_device{}());
+  // The superposition of independent per-CPU Poisson processes is one Poisson process of the summed
+  // rate whose events are spread uniformly over the CPUs.
+  std::exponential_distribution<double> gap_s(rate_hz_ * static_cast<double>(cpus_.size()));
+  std::uniform_int_distribution<std::size_t> pick(0, cpus_.size() - 1);
+  auto next = std::chrono::steady_clock::now();
+  std::unique_lock lock(stop_mu_);
+  while (!stopping_) {
+    next += std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(gap_s(rng)));
+    if (stop_cv_.wait_until(lock, next, [this] { return stopping_; })) break;
+    lock.unlock();
+    const int cpu = cpus_[pick(rng)];
+    auto rec = std::make_shared<ProbeRecord>();
+    auto state = state_;
+    rec->submitted_ns = now_ns();
+    const ProbePath path = submit_(cpu, [rec, state, cpu] {
+      rec->latency_ns.store(now_ns() - rec->submitted_ns, std::memory_order_relaxed);
+      if (rec->halves.fetch_add(1, std::memory_order_acq_rel) == 1)
+        state->file(cpu, rec->path.load(std::memory_order_relaxed), rec->latency_ns.load(std::memory_order_relaxed));
+    });
+    if (path == ProbePath::rejected) {
+      state->file(cpu, path, 0);
+    } else {
+      rec->path.store(path, std::memory_order_relaxed);
+      if (rec->halves.fetch_add(1, std::memory_order_acq_rel) == 1)
+        state->file(cpu, path, rec->latency_ns.load(std::memory_order_relaxed));
+    }
+    lock.lock();
+    // After a long stall (suspend, heavy contention) do not fire a burst to catch up.
+    const auto now = std::chrono::steady_clock::now();
+    if (now - next > std::chrono::milliseconds(100)) next = now;
+  }
+}
+
+std::vector<CpuProbes> Prober::drain() {
+  std::lock_guard lock(state_->mu);
+  std::vector<CpuProbes> out = state_->window;
+  for (auto& c : state_->window) c = CpuProbes{c.cpu, {}, {}, 0, 0};
+  return out;
+}
+
+std::vector<CpuProbes> Prober::totals() const {
+  std::lock_guard lock(state_->mu);
+  return state_->total;
+}
+
+}  // namespace haltpolld

@@ -1,0 +1,84 @@
+// SimulatedGuest: a model of a KVM guest running the kernel's haltpoll cpuidle governor, used to
+// close the tuner's loop where the real guest cannot (this project's dev guest has no cpuidle
+// driver, so the real guest_halt_poll_ns changes nothing there). Each CPU draws idle periods from a
+// load model; the per-CPU poll_limit follows the kernel's rules exactly (REFERENCE.md §1: poll
+// while poll_limit > 0, a timed-out poll is followed by a halt, adjustments happen after a halt
+// only, grow ×grow from grow_start up to the cap, shrink ÷shrink with the reset below grow_start,
+// and a lowered cap does not clamp an existing poll_limit until the next adjustment). A wake from
+// a poll costs `hit_cost_ns`, a wake from a halt `miss_cost_ns` (±25 % jitter). One call to run()
+// is one tick: it returns the Observation the daemon's sensors would have produced.
+// Deterministic for a given seed; single-threaded; no clocks.
+#pragma once
+
+#include "tuning/observation.hpp"
+
+#include <haltpoll/latency_histogram.hpp>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace haltpolld {
+
+// A load as a mixture of idle-period components: with probability `weight`, an idle period of
+// `fixed_ns` plus an exponential part with mean `exp_mean_ns`. `busy_ns` is the run time between
+// idle periods.
+struct LoadModel {
+  struct Component {
+    double weight = 1;
+    double fixed_ns = 0;
+    double exp_mean_ns = 0;
+  };
+  std::string name;
+  std::vector<Component> idle;
+  double busy_ns = 2000;
+
+  // Shapes of the evaluation loads (docs/tuning.md): pipe ping-pong, a 150 µs periodic timer, a
+  // Poisson request server at ~4k req/s, and an idle guest. Each has 1 % of long idle periods
+  // (other activity: the tick, housekeeping) as a real guest has.
+  static LoadModel pipe();
+  static LoadModel timer_150us();
+  static LoadModel poisson_server();
+  static LoadModel idle_guest();
+};
+
+struct GuestModelParams {
+  double hit_cost_ns = 1500;    // wake of a polling vCPU: no IPI, no VM exit
+  double miss_cost_ns = 20000;  // wake of a halted vCPU: IPI, VM exit and entry, host scheduling
+  std::uint32_t grow = 2;
+  std::uint32_t shrink = 2;
+  std::uint32_t grow_start_ns = 50000;
+  bool allow_shrink = true;
+  double steal_percent = 0;
+};
+
+class SimulatedGuest {
+ public:
+  SimulatedGuest(LoadModel load, int cpus, GuestModelParams params = {}, std::uint64_t seed = 1);
+
+  // Simulates `duration_ns` of every CPU with guest_halt_poll_ns = cap_ns and returns the tick's
+  // Observation (poll CPU from the POLL residency, wake latency at `percentile` over all wakes).
+  Observation run(std::uint64_t duration_ns, std::uint32_t cap_ns, double percentile);
+
+  void set_load(LoadModel load) { load_ = std::move(load); }
+  void set_steal_percent(double s) { params_.steal_percent = s; }
+  const haltpoll::LatencyHistogram& last_latencies() const noexcept { return last_; }
+  std::uint32_t poll_limit_ns(int cpu) const { return cpus_.at(static_cast<std::size_t>(cpu)).poll_limit; }
+
+ private:
+  struct Cpu {
+    std::uint32_t poll_limit = 0;
+  };
+  double draw_idle();
+  void adjust(Cpu& c, std::uint64_t block_ns, std::uint32_t cap) const;
+
+  LoadModel load_;
+  GuestModelParams params_;
+  std::vector<Cpu> cpus_;
+  std::mt19937_64 rng_;
+  haltpoll::LatencyHistogram last_;
+  std::uint64_t tick_ = 0;
+};
+
+}  // namespace haltpolld

@@ -1,0 +1,149 @@
+#include "sim/simulate.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string_view>
+#include <vector>
+
+namespace haltpolld {
+namespace {
+
+enum ExitCode : int { ok = 0, usage_error = 2, trace_error = 3 };
+
+// Returns false for a line with nothing but blanks and a comment.
+bool parse_trace_line(std::string_view line, std::uint64_t lineno, std::uint64_t& out) {
+  if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+  constexpr std::string_view blanks = " \t\r\f\v";
+  const auto first = line.find_first_not_of(blanks);
+  if (first == std::string_view::npos) return false;
+  line = line.substr(first, line.find_last_not_of(blanks) - first + 1);
+  auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), out);
+  if (ec == std::errc::result_out_of_range)
+    throw TraceError(lineno, "idle duration \"" + std::string(line) + "\" does not fit in 64 bits");
+  if (ec != std::errc{} || p != line.data() + line.size())
+    throw TraceError(lineno, "expected an idle duration in ns (a non-negative integer), got \"" + std::string(line) + "\"");
+  return true;
+}
+
+}  // namespace
+
+TraceError::TraceError(std::uint64_t line, const std::string& what)
+    : std::runtime_error("line " + std::to_string(line) + ": " + what), line_(line) {}
+
+SimulationResult simulate_trace(std::istream& trace, haltpoll::WindowGovernor& governor, std::uint64_t miss_cost_ns) {
+  SimulationResult r;
+  r.policy = governor.policy().name();
+  r.miss_cost_ns = miss_cost_ns;
+  std::string line;
+  std::uint64_t lineno = 0, d = 0;
+  while (std::getline(trace, line)) {
+    ++lineno;
+    if (!parse_trace_line(line, lineno, d)) continue;
+    governor.hint_next_idle_ns(d);
+    const std::uint64_t w = governor.window_ns();
+    ++r.periods;
+    r.idle_ns += d;
+    if (d <= w) {
+      ++r.hits;
+      r.poll_ns += d;
+    } else {
+      ++r.misses;
+      r.poll_ns += w;
+      r.wasted_poll_ns += w;
+      r.miss_penalty_ns += miss_cost_ns;
+    }
+    governor.record(d, w);
+  }
+  if (trace.bad()) throw TraceError(lineno + 1, "read error");
+  r.cost_ns = r.poll_ns + r.miss_penalty_ns;
+  r.final_window_ns = governor.window_ns();
+  return r;
+}
+
+nlohmann::ordered_json to_json(const SimulationResult& r) {
+  const auto per = [&](std::uint64_t v) { return r.periods ? static_cast<double>(v) / static_cast<double>(r.periods) : 0.0; };
+  return {
+      {"policy", r.policy},
+      {"miss_cost_ns", r.miss_cost_ns},
+      {"periods", r.periods},
+      {"hits", r.hits},
+      {"misses", r.misses},
+      {"idle_ns", r.idle_ns},
+      {"poll_ns", r.poll_ns},
+      {"wasted_poll_ns", r.wasted_poll_ns},
+      {"miss_penalty_ns", r.miss_penalty_ns},
+      {"cost_ns", r.cost_ns},
+      {"final_window_ns", r.final_window_ns},
+      {"hit_ratio", per(r.hits)},
+      {"cost_per_period_ns", per(r.cost_ns)},
+      {"poll_share_of_idle", r.idle_ns ? static_cast<double>(r.poll_ns) / static_cast<double>(r.idle_ns) : 0.0},
+  };
+}
+
+int simulate_main(int argc, char** argv) {
+  CLI::App app{"haltpolld simulate: replay an idle trace (one duration in ns per line) through a window policy"};
+  std::string trace_path, policy = "adaptive";
+  std::vector<std::string> sets;
+  std::uint64_t miss_cost_ns = 30000;
+  bool json = false;
+  app.add_option("--trace", trace_path, "trace file, '-' for stdin")->required();
+  app.add_option("--policy", policy, "haltpoll | adaptive | static:<ns> | oracle")->capture_default_str();
+  std::string keys;
+  for (const auto& n : haltpoll::policy_param_names()) keys += (keys.empty() ? "" : ", ") + n;
+  app.add_option("--set", sets, "policy parameter key=value (repeatable); keys: " + keys);
+  auto* miss_opt = app.add_option("--miss-cost-ns", miss_cost_ns, "cost of a miss (park + futex wake), ns")
+                       ->capture_default_str();
+  app.add_flag("--json", json, "print one JSON object");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? ExitCode::ok : ExitCode::usage_error;
+  }
+
+  haltpoll::PolicyParams params;
+  std::unique_ptr<haltpoll::WindowGovernor> governor;
+  try {
+    for (const auto& s : sets) {
+      const auto eq = s.find('=');
+      if (eq == std::string::npos) throw std::invalid_argument("--set " + s + ": expected key=value");
+      haltpoll::set_policy_param(params, std::string_view(s).substr(0, eq), std::string_view(s).substr(eq + 1));
+    }
+    // --miss-cost-ns prices the model and tells the cost-aware policies; it wins over --set miss_cost_ns.
+    if (miss_opt->count() > 0) params.miss_cost_ns = miss_cost_ns;
+    governor = std::make_unique<haltpoll::WindowGovernor>(policy, params);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "haltpolld simulate: %s\n", e.what());
+    return ExitCode::usage_error;
+  }
+
+  SimulationResult r;
+  try {
+    if (trace_path == "-") {
+      r = simulate_trace(std::cin, *governor, params.miss_cost_ns);
+    } else {
+      std::ifstream in(trace_path);
+      if (!in) {
+        std::fprintf(stderr, "haltpolld simulate: cannot open trace %s\n", trace_path.c_str());
+        return ExitCode::trace_error;
+      }
+      r = simulate_trace(in, *governor, params.miss_cost_ns);
+    }
+  } catch (const TraceError& e) {
+    std::fprintf(stderr, "haltpolld simulate: %s: %s\n", trace_path == "-" ? "<stdin>" : trace_path.c_str(), e.what());
+    return ExitCode::trace_error;
+  }
+
+  const auto j = to_json(r);
+  if (json) {
+    std::cout << j.dump() << '\n';
+  } else {
+    for (const auto& [k, v] : j.items()) std::cout << k << ": " << v.dump() << '\n';
+  }
+  return ExitCode::ok;
+}
+
+}  // namespace haltpolld

@@ -1,0 +1,74 @@
+// Sensors against a fake sysfs tree: cpuidle deltas by state name, steal, and a guest without states.
+#include "fake_sysfs.hpp"
+#include "sysfs/sensors.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace haltpolld;
+using testsupport::FakeSysfs;
+
+TEST_CASE("parse_cpu_list") {
+  CHECK(parse_cpu_list("0-3,6") == std::vector<int>{0, 1, 2, 3, 6});
+  CHECK(parse_cpu_list("1\n") == std::vector<int>{1});
+  CHECK(!parse_cpu_list("3-1"));
+  CHECK(!parse_cpu_list("a"));
+}
+
+TEST_CASE("cpuidle deltas per CPU, POLL found by name, the rest counted as halt") {
+  FakeSysfs fs;
+  Sensors s(fs.root(), {});
+  REQUIRE(s.cpus() == std::vector<int>{0, 1});
+  auto first = s.sample(1'000'000'000);
+  CHECK(first.elapsed_ns == 0);
+  CHECK(!first.poll_cpu_percent);
+  // In 1 s: CPU0 polled 100 ms in 1000 entries, halted 500 ms in 100; CPU1 polled 20 ms.
+  fs.set_state(0, 0, "POLL", 1000, 100000);
+  fs.set_state(0, 1, "haltpoll", 100, 500000);
+  fs.set_state(1, 0, "POLL", 10, 20000);
+  fs.set_state(1, 1, "haltpoll", 5, 900000);
+  fs.set_proc_stat(900, 100);  // 100 of 1000 new ticks stolen (the base line has 150 + 0)
+  auto o = s.sample(2'000'000'000);
+  CHECK(o.elapsed_ns == 1'000'000'000);
+  REQUIRE(o.poll_cpu_percent);
+  CHECK(*o.poll_cpu_percent == Approx(10.0));
+  CHECK(*o.mean_poll_cpu_percent == Approx(6.0));
+  CHECK(*o.total_poll_cpu_percent == Approx(12.0));
+  REQUIRE(o.cpuidle.size() == 2);
+  CHECK(o.cpuidle[0].poll_usage == 1000);
+  CHECK(o.cpuidle[0].poll_ns == 100'000'000);
+  CHECK(o.cpuidle[0].halt_usage == 100);
+  CHECK(*o.wakes_per_second == Approx(1010.0));
+  REQUIRE(o.steal_percent);
+  CHECK(*o.steal_percent == Approx(10.0));
+  CHECK(s.cpuidle_status() == "states POLL,haltpoll");
+}
+
+TEST_CASE("a halt state with another name (C1) is still the halt side") {
+  FakeSysfs fs;
+  fs.set_state(0, 1, "C1", 0, 0);
+  Sensors s(fs.root(), {0});
+  s.sample(0);
+  fs.set_state(0, 1, "C1", 7, 7000);
+  auto o = s.sample(1'000'000'000);
+  REQUIRE(o.cpuidle.size() == 1);
+  CHECK(o.cpuidle[0].halt_usage == 7);
+  CHECK(o.cpuidle[0].halt_ns == 7'000'000);
+}
+
+TEST_CASE("no cpuidle driver: no poll-CPU signal, and the status says why") {
+  FakeSysfs::Options opt;
+  opt.driver = "none";
+  opt.governor = "menu";
+  opt.cpuidle_states = false;
+  FakeSysfs fs(opt);
+  Sensors s(fs.root(), {});
+  s.sample(0);
+  fs.set_proc_stat(1000, 0);
+  auto o = s.sample(1'000'000'000);
+  CHECK(!o.poll_cpu_percent);
+  CHECK(o.cpuidle.empty());
+  CHECK(!s.cpuidle_available());
+  CHECK(s.cpuidle_status().find("no cpuidle states") != std::string::npos);
+  REQUIRE(o.steal_percent);  // /proc/stat still works
+  CHECK(*o.steal_percent == Approx(0.0));
+}

@@ -1,0 +1,183 @@
+// Controller on a fake tree, with and without a (fake) pool: effective mode and reasons, kernel
+// writes and restore, degrade on write failure, decisions ring buffer, reload.
+#include "tuning/controller.hpp"
+#include "fake_sysfs.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+
+using namespace haltpolld;
+using testsupport::FakeSysfs;
+using testsupport::TempDir;
+
+namespace {
+
+// A pool whose probes run inline, whose workers "poll" a fixed share of the time.
+class FakePool final : public PoolAccess {
+ public:
+  std::vector<int> cpus() const override { return {0, 1}; }
+  ProbePath submit(int, std::function<void()> task) override {
+    task();
+    return ProbePath::park_path;
+  }
+  std::vector<PoolCounters> counters() const override {
+    std::lock_guard l(mu_);
+    reads_ += 1;
+    std::vector<PoolCounters> out;
+    for (int c : {0, 1}) out.push_back(PoolCounters{c, reads_ * 10, reads_ * 10, reads_ * 1000, 0, cap_, reads_ * 20});
+    return out;
+  }
+  void set_window_cap_ns(std::uint64_t ns) override { cap_ = ns; }
+  std::uint64_t window_cap_ns() const override { return cap_; }
+  std::atomic<std::uint64_t> cap_{200000};
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::uint64_t reads_ = 0;
+};
+
+ControllerOptions opts(const FakeSysfs& fs, const TempDir& dir, bool kernel) {
+  ControllerOptions o;
+  o.sysfs_root = fs.root();
+  o.state_dir = dir.path();
+  o.kernel_mode = kernel;
+  o.probe_rate_hz = 0;
+  o.tuner.policy = Policy::static_value;
+  o.tuner.static_ns = 30000;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("kernel mode on a haltpoll guest writes, and stop() restores") {
+  FakeSysfs fs;
+  TempDir dir;
+  Controller c(opts(fs, dir, true), std::unique_ptr<PoolAccess>{});
+  c.start();
+  auto d = c.tick();
+  CHECK(d.guest_halt_poll_ns == 30000);
+  CHECK(d.applied_kernel);
+  CHECK(fs.param("guest_halt_poll_ns") == "30000");
+  auto s = c.status();
+  CHECK(s["effective_mode"] == "kernel");
+  CHECK(s["tuning_target"] == "kernel");
+  CHECK(s["kernel"]["originals_saved"] == true);
+  CHECK(std::filesystem::exists(c.state_file()));
+  c.tick();
+  auto log = c.decisions();
+  REQUIRE(log.size() == 2);
+  CHECK(log[0]["action"] == "set");
+  CHECK(log[1]["action"] == "hold");
+  c.stop();
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  CHECK(!std::filesystem::exists(c.state_file()));
+}
+
+TEST_CASE("observe mode decides but never writes") {
+  FakeSysfs fs;
+  TempDir dir;
+  Controller c(opts(fs, dir, false), std::unique_ptr<PoolAccess>{});
+  c.start();
+  auto d = c.tick();
+  CHECK(d.guest_halt_poll_ns == 30000);
+  CHECK(!d.applied_kernel);
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  CHECK(c.status()["kernel_mode_inactive_reason"] == "mode is observe");
+  c.stop();
+}
+
+TEST_CASE("driver none: kernel mode is inactive with the precise reason and the pool cap is tuned instead") {
+  FakeSysfs::Options fo;
+  fo.driver = "none";
+  fo.governor = "menu";
+  fo.cpuidle_states = false;
+  FakeSysfs fs(fo);
+  TempDir dir;
+  auto pool = std::make_unique<FakePool>();
+  auto* raw = pool.get();
+  Controller c(opts(fs, dir, true), std::move(pool));
+  c.start();
+  auto d = c.tick();
+  CHECK(!d.applied_kernel);
+  CHECK(d.applied_pool);
+  CHECK(raw->cap_ == 30000);
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  auto s = c.status();
+  CHECK(s["effective_mode"] == "observe");
+  CHECK(s["tuning_target"] == "pool");
+  CHECK(s["kernel_mode_inactive_reason"].get<std::string>().find("current_driver is 'none'") != std::string::npos);
+  CHECK(s["last_observation"]["cpu_source"] == "pool");
+  c.stop();
+  CHECK(!std::filesystem::exists(c.state_file()));
+}
+
+TEST_CASE("a failed write degrades to observe with the reason and a reload retries") {
+  FakeSysfs fs;
+  TempDir dir;
+  auto o = opts(fs, dir, true);
+  Controller c(o, std::unique_ptr<PoolAccess>{});
+  c.start();
+  REQUIRE(c.tick().applied_kernel);
+  std::filesystem::remove(fs.params_dir() + "/guest_halt_poll_ns");
+  o.tuner.static_ns = 60000;
+  c.update(o);
+  auto d = c.tick();
+  CHECK(!d.applied_kernel);
+  CHECK(d.reason.find("degraded to observe") != std::string::npos);
+  auto s = c.status();
+  CHECK(s["effective_mode"] == "observe");
+  CHECK(s["kernel"]["degraded_reason"].get<std::string>().find("No such file") != std::string::npos);
+  fs.set_param("guest_halt_poll_ns", "30000");
+  c.update(o);
+  CHECK(c.tick().applied_kernel);
+  c.stop();
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+}
+
+TEST_CASE("turning kernel mode off by reload restores the originals") {
+  FakeSysfs fs;
+  TempDir dir;
+  auto o = opts(fs, dir, true);
+  Controller c(o, std::unique_ptr<PoolAccess>{});
+  c.start();
+  c.tick();
+  REQUIRE(fs.param("guest_halt_poll_ns") == "30000");
+  o.kernel_mode = false;
+  c.update(o);
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  c.stop();
+}
+
+TEST_CASE("the decision log is a bounded ring, newest last") {
+  FakeSysfs fs;
+  TempDir dir;
+  auto o = opts(fs, dir, false);
+  o.decision_log_size = 3;
+  Controller c(o, std::unique_ptr<PoolAccess>{});
+  c.start();
+  for (int i = 0; i < 5; ++i) c.tick();
+  auto log = c.decisions();
+  REQUIRE(log.size() == 3);
+  CHECK(log[2]["tick"] == 5);
+  CHECK(log[0]["tick"] == 3);
+  c.stop();
+}
+
+TEST_CASE("with probes, latencies reach the observation") {
+  FakeSysfs fs;
+  TempDir dir;
+  auto o = opts(fs, dir, false);
+  o.probe_rate_hz = 2000;
+  Controller c(o, std::make_unique<FakePool>());
+  c.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  c.tick();
+  auto s = c.status();
+  CHECK(s["last_observation"]["latency_samples"].get<std::uint64_t>() > 0);
+  CHECK(s["last_observation"]["latency_source"] == "probes");
+  CHECK(s["probes"]["per_cpu"].size() == 2);
+  c.stop();
+}

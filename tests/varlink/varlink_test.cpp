@@ -1,0 +1,151 @@
+#include "varlink/varlink.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace haltpolld::varlink;
+using nlohmann::json;
+
+TEST_CASE("FrameDecoder splits on NUL across arbitrary chunking") {
+  std::string stream = std::string("{\"a\":1}") + '\0' + "{\"b\":2}" + '\0' + "{\"c\"";
+  for (std::size_t chunk = 1; chunk <= stream.size(); ++chunk) {
+    FrameDecoder d;
+    std::vector<std::string> got;
+    for (std::size_t i = 0; i < stream.size(); i += chunk) {
+      REQUIRE(d.feed(std::string_view(stream).substr(i, chunk)));
+      while (auto m = d.next()) got.push_back(*m);
+    }
+    REQUIRE(got.size() == 2);
+    CHECK(got[0] == "{\"a\":1}");
+    CHECK(got[1] == "{\"b\":2}");
+    CHECK(d.pending_bytes() == 4);  // the half-sent third message
+  }
+}
+
+TEST_CASE("FrameDecoder bounds a message, complete or still arriving") {
+  FrameDecoder d(16);
+  CHECK(d.feed(std::string(16, 'x')));
+  CHECK_FALSE(d.feed("y"));
+  CHECK(d.overflowed());
+  CHECK_FALSE(d.next());
+
+  FrameDecoder e(16);
+  CHECK_FALSE(e.feed(std::string(17, 'x') + '\0'));
+  FrameDecoder f(16);
+  CHECK(f.feed(std::string(16, 'x') + '\0' + std::string(16, 'y') + '\0'));
+  CHECK(f.next()->size() == 16);
+  CHECK(f.next()->size() == 16);
+  CHECK_FALSE(f.next());
+  CHECK(f.pending_bytes() == 0);
+}
+
+TEST_CASE("parse_call accepts valid calls and names what is wrong otherwise") {
+  std::string why;
+  auto c = parse_call(R"({"method":"io.haltpolld.GetStats","parameters":{"cpu":1},"more":true})", why);
+  REQUIRE(c);
+  CHECK(c->method == "io.haltpolld.GetStats");
+  CHECK(c->parameters["cpu"] == 1);
+  CHECK(c->more);
+  CHECK_FALSE(c->oneway);
+
+  auto bad = [&](const std::string& text) {
+    why.clear();
+    bool rejected = !parse_call(text, why);
+    return rejected && !why.empty();
+  };
+  CHECK(bad("not json"));
+  CHECK(bad("[]"));
+  CHECK(bad("{}"));
+  CHECK(bad(R"({"method":1})"));
+  CHECK(bad(R"({"method":"GetStats"})"));
+  CHECK(bad(R"({"method":"io.haltpolld."})"));
+  CHECK(bad(R"({"method":".GetStats"})"));
+  CHECK(bad(R"({"method":"io..x.GetStats"})"));
+  CHECK(bad(R"({"method":"io.haltpolld.getStats"})"));
+  CHECK(bad(R"({"method":"io.haltpolld.GetStats","parameters":[]})"));
+  CHECK(bad(R"({"method":"io.haltpolld.GetStats","more":"yes"})"));
+  CHECK(bad(R"({"method":"io.haltpolld.GetStats","more":true,"oneway":true})"));
+  CHECK(bad(R"({"method":"io.haltpolld.GetStats","colour":1})"));
+  CHECK(bad(R"({"method":"io.haltpolld.GetStats","upgrade":true})"));
+}
+
+TEST_CASE("replies encode as one JSON object and one NUL") {
+  Reply r;
+  r.parameters = {{"x", 1}};
+  r.continues = true;
+  std::string s = encode_reply(r);
+  REQUIRE(s.back() == '\0');
+  CHECK(s.find('\0') == s.size() - 1);
+  json j = json::parse(s.substr(0, s.size() - 1));
+  CHECK(j["parameters"]["x"] == 1);
+  CHECK(j["continues"] == true);
+  CHECK_FALSE(j.contains("error"));
+
+  json e = json::parse(encode_reply(error_reply(errors::permission_denied)).c_str());
+  CHECK(e["error"] == errors::permission_denied);
+  CHECK(e["parameters"].is_object());
+
+  Reply bad_utf8;
+  bad_utf8.parameters = {{"s", std::string("\xff\xfe")}};
+  CHECK_NOTHROW(encode_reply(bad_utf8));
+}
+
+TEST_CASE("Registry dispatch: lookup, permission, more, exceptions, introspection") {
+  Registry reg({"v", "p", "1.2.3", "u"});
+  reg.add({"io.example.Echo", "method Echo(x: int) -> (x: int)", false, false,
+           [](const Call& c, const Peer&) {
+             Reply r;
+             r.parameters = c.parameters;
+             return r;
+           }});
+  reg.add({"io.example.Change", "method Change() -> ()", true, false, [](const Call&, const Peer&) { return Reply{}; }});
+  reg.add({"io.example.Stream", "method Stream() -> ()", false, true, [](const Call&, const Peer&) {
+             Reply r;
+             r.continues = true;
+             return r;
+           }});
+  reg.add({"io.example.Throw", "", false, false,
+           [](const Call&, const Peer&) -> Reply { throw std::runtime_error("boom"); }});
+  reg.add({"io.example.Empty", "", false, false, nullptr});
+
+  Peer user{1000, 1000, 1, false}, admin{0, 0, 1, true};
+  Call c;
+  c.method = "io.example.Echo";
+  c.parameters = {{"x", 5}};
+  CHECK(reg.dispatch(c, user).parameters["x"] == 5);
+
+  c.method = "io.other.Echo";
+  CHECK(reg.dispatch(c, user).error == errors::interface_not_found);
+  c.method = "io.example.Nope";
+  CHECK(reg.dispatch(c, user).error == errors::method_not_found);
+  c.method = "io.example.Change";
+  CHECK(reg.dispatch(c, user).error == errors::permission_denied);
+  CHECK_FALSE(reg.dispatch(c, admin).is_error());
+  c.method = "io.example.Stream";
+  CHECK(reg.dispatch(c, user).error == errors::expected_more);
+  c.more = true;
+  CHECK(reg.dispatch(c, user).continues);
+  c.more = false;
+  c.method = "io.example.Throw";
+  auto t = reg.dispatch(c, user);
+  CHECK(t.error == "io.haltpolld.InternalError");
+  CHECK(t.parameters["reason"] == "boom");
+  c.method = "io.example.Empty";
+  CHECK(reg.dispatch(c, user).error == errors::method_not_implemented);
+
+  c.method = "org.varlink.service.GetInfo";
+  c.parameters = json::object();
+  auto info = reg.dispatch(c, user);
+  CHECK(info.parameters["version"] == "1.2.3");
+  CHECK(info.parameters["interfaces"] == json({"io.example", "org.varlink.service"}));
+
+  c.method = "org.varlink.service.GetInterfaceDescription";
+  c.parameters = {{"interface", "io.example"}};
+  auto d = reg.dispatch(c, user);
+  CHECK(d.parameters["description"].get<std::string>().find("method Echo(x: int)") != std::string::npos);
+  c.parameters = {{"interface", "io.none"}};
+  CHECK(reg.dispatch(c, user).error == errors::interface_not_found);
+  c.parameters = json::object();
+  auto ip = reg.dispatch(c, user);
+  CHECK(ip.error == errors::invalid_parameter);
+  CHECK(ip.parameters["parameter"] == "interface");
+}
