@@ -98,10 +98,23 @@ std::optional<ProcStatTimes> Sensors::read_proc_stat() const {
   return std::nullopt;
 }
 
+CpuKernelSignals derive_kernel_signals(const CpuIdleDelta& d) {
+  CpuKernelSignals k;
+  k.cpu = d.cpu;
+  k.poll_entries = d.poll_usage;
+  k.poll_ns = d.poll_ns;
+  k.halts = d.halt_usage;
+  k.halt_ns = d.halt_ns;
+  k.poll_misses = std::min(d.poll_usage, d.halt_usage);
+  k.poll_hits = d.poll_usage - k.poll_misses;
+  return k;
+}
+
 Observation Sensors::sample(std::uint64_t now_ns) {
   Observation obs;
   const std::uint64_t elapsed = primed_ ? delta(now_ns, last_ns_) : 0;
   obs.elapsed_ns = elapsed;
+  obs.kernel.elapsed_ns = elapsed;
 
   bool any_idle = false;
   std::string names;
@@ -128,6 +141,7 @@ Observation Sensors::sample(std::uint64_t now_ns) {
         // An idle period that polled and then halted shows up in both states: count it once.
         wakes += static_cast<double>(std::max(d.poll_usage, d.halt_usage));
         obs.cpuidle.push_back(d);
+        obs.kernel.cpus.push_back(derive_kernel_signals(d));
       }
     }
     last_idle_[i] = std::move(now);

@@ -32,6 +32,10 @@ struct ProcStatTimes {
 // "0-3,6" → {0,1,2,3,6}; empty optional on a syntax error.
 std::optional<std::vector<int>> parse_cpu_list(const std::string& text);
 
+// The counters-only kernel signals of one CPU's tick (hits and misses derived, see
+// CpuKernelSignals); the eBPF reader overwrites the outcome split where it has exact counts.
+CpuKernelSignals derive_kernel_signals(const CpuIdleDelta& d);
+
 class Sensors {
  public:
   // `cpus` empty: the CPUs listed in <root>/sys/devices/system/cpu/online.

@@ -7,6 +7,9 @@
 // contract beyond that of a copied struct.
 #pragma once
 
+#include <haltpoll/latency_histogram.hpp>
+
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,6 +24,75 @@ struct CpuIdleDelta {
   std::uint64_t poll_ns = 0;     // time spent in POLL (the kernel reports µs; stored ×1000)
   std::uint64_t halt_usage = 0;  // entries into the other states (haltpoll / HLT / C1 ...)
   std::uint64_t halt_ns = 0;
+};
+
+// The kernel's own idle accounting of one CPU during one tick. The cpuidle counters are exact
+// (entries and residency of the POLL state and of the halt states); the split of the polls into
+// hits and misses is exact only when the eBPF program counts outcomes (`outcomes_exact`), and is
+// otherwise derived from the counters: under the haltpoll governor a halt follows a poll on the
+// same CPU only when that poll timed out, so misses = min(poll entries, halts) and
+// hits = poll entries - misses. The derivation counts as a miss every halt that had no poll before
+// it (a CPU whose limit is 0, a PM QoS request), so it under-counts hits by at most the number of
+// such halts; where both exist the daemon reports the difference (docs/kernel-signals.md).
+struct CpuKernelSignals {
+  int cpu = 0;
+  std::uint64_t poll_entries = 0;
+  std::uint64_t poll_ns = 0;
+  std::uint64_t halts = 0;
+  std::uint64_t halt_ns = 0;
+  std::uint64_t poll_hits = 0;    // polls ended by a wake-up (or a local timer)
+  std::uint64_t poll_misses = 0;  // polls that timed out and were followed by a halt
+  bool outcomes_exact = false;    // hits/misses from eBPF rather than derived
+  // eBPF only (empty / 0 when the program is not loaded).
+  std::optional<std::uint64_t> ipi_skipped;    // remote wake-ups that found the CPU polling
+  std::optional<std::uint32_t> poll_limit_ns;  // the governor's current per-CPU limit
+  std::uint64_t limit_grows = 0;
+  std::uint64_t limit_shrinks = 0;
+
+  // Idle periods: a poll that timed out and the halt after it are one period.
+  std::uint64_t idle_periods() const noexcept { return poll_entries + halts - poll_misses; }
+};
+
+// Idle-period length distributions of one tick over all CPUs, from the eBPF program.
+struct IdlePeriodHistograms {
+  haltpoll::LatencyHistogram poll_hit;   // POLL residency of polls ended by a wake-up
+  haltpoll::LatencyHistogram poll_halt;  // whole period (poll + halt) of polls that timed out
+  haltpoll::LatencyHistogram halt;       // halts without a poll before them
+  haltpoll::LatencyHistogram halt_residency;  // every halt's residency (block_ns of the governor)
+};
+
+struct KernelSignals {
+  std::uint64_t elapsed_ns = 0;
+  std::vector<CpuKernelSignals> cpus;  // empty when the guest has no cpuidle states
+  std::optional<IdlePeriodHistograms> periods;  // empty without eBPF
+  // Why the eBPF signals are missing ("" when present), for status and the decision log.
+  std::string bpf_missing;
+
+  bool available() const noexcept { return !cpus.empty() && elapsed_ns > 0; }
+  double per_second(std::uint64_t n) const noexcept {
+    return elapsed_ns ? static_cast<double>(n) * 1e9 / static_cast<double>(elapsed_ns) : 0.0;
+  }
+  double poll_cpu_percent(const CpuKernelSignals& c) const noexcept {
+    return elapsed_ns ? std::min(100.0, 100.0 * static_cast<double>(c.poll_ns) / static_cast<double>(elapsed_ns)) : 0.0;
+  }
+  // Sums over the CPUs.
+  std::uint64_t total(std::uint64_t CpuKernelSignals::*field) const noexcept {
+    std::uint64_t t = 0;
+    for (const auto& c : cpus) t += c.*field;
+    return t;
+  }
+  std::uint64_t total_idle_periods() const noexcept {
+    std::uint64_t t = 0;
+    for (const auto& c : cpus) t += c.idle_periods();
+    return t;
+  }
+  // Empty when no CPU has the eBPF count.
+  std::optional<std::uint64_t> total_ipi_skipped() const noexcept {
+    std::optional<std::uint64_t> t;
+    for (const auto& c : cpus)
+      if (c.ipi_skipped) t = t.value_or(0) + *c.ipi_skipped;
+    return t;
+  }
 };
 
 // Probe latencies of one tick, all CPUs merged (per-CPU histograms stay in the Prober).
@@ -66,6 +138,8 @@ struct Observation {
   std::string latency_source;
 
   std::vector<CpuIdleDelta> cpuidle;  // empty when the guest has no cpuidle states
+  // The kernel's signals of the tick, per CPU: the tuner's primary input.
+  KernelSignals kernel;
   ProbeSummary probes;
 };
 

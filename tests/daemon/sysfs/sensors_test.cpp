@@ -72,3 +72,33 @@ TEST_CASE("no cpuidle driver: no poll-CPU signal, and the status says why") {
   REQUIRE(o.steal_percent);  // /proc/stat still works
   CHECK(*o.steal_percent == Approx(0.0));
 }
+
+TEST_CASE("kernel signals per CPU: poll hits and misses derived from the counters") {
+  FakeSysfs fs;
+  Sensors s(fs.root(), {});
+  s.sample(0);
+  // CPU0: 1000 polls, 100 halts (each after a timed-out poll) → 900 hits, 100 misses, 1000 periods.
+  // CPU1: no polling at all (limit 0): 50 halts → no hits, no misses, 50 periods.
+  fs.set_state(0, 0, "POLL", 1000, 100000);
+  fs.set_state(0, 1, "haltpoll", 100, 500000);
+  fs.set_state(1, 0, "POLL", 0, 0);
+  fs.set_state(1, 1, "haltpoll", 50, 900000);
+  auto o = s.sample(500'000'000);
+  REQUIRE(o.kernel.available());
+  REQUIRE(o.kernel.cpus.size() == 2);
+  const auto& c0 = o.kernel.cpus[0];
+  CHECK(c0.poll_entries == 1000);
+  CHECK(c0.poll_misses == 100);
+  CHECK(c0.poll_hits == 900);
+  CHECK(c0.idle_periods() == 1000);
+  CHECK_FALSE(c0.outcomes_exact);
+  CHECK_FALSE(c0.ipi_skipped);
+  const auto& c1 = o.kernel.cpus[1];
+  CHECK(c1.poll_hits == 0);
+  CHECK(c1.poll_misses == 0);
+  CHECK(c1.idle_periods() == 50);
+  CHECK(o.kernel.per_second(o.kernel.total_idle_periods()) == Approx(2100.0));
+  CHECK(o.kernel.per_second(o.kernel.total(&CpuKernelSignals::poll_hits)) == Approx(1800.0));
+  CHECK(o.kernel.poll_cpu_percent(c0) == Approx(20.0));
+  CHECK_FALSE(o.kernel.total_ipi_skipped());
+}
