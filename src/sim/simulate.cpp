@@ -1,11 +1,14 @@
 #include "sim/simulate.hpp"
 
+#include "sim/kernel_replay.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <charconv>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string_view>
 #include <vector>
 
@@ -98,6 +101,15 @@ int simulate_main(int argc, char** argv) {
   auto* miss_opt = app.add_option("--miss-cost-ns", miss_cost_ns, "cost of a miss (park + futex wake), ns")
                        ->capture_default_str();
   app.add_flag("--json", json, "print one JSON object");
+  std::uint32_t recording_cap_ns = 200000;
+  std::int64_t residency_bias_ns = 0;
+  app.add_option("--cap-ns", recording_cap_ns,
+                 "kernel recordings without a '# haltpoll' header: the guest_halt_poll_ns in force")
+      ->capture_default_str();
+  app.add_option("--residency-bias-ns", residency_bias_ns,
+                 "kernel recordings: subtracted from each recorded halt before the model sees it "
+                 "(perf-recorded tracepoints frame the kernel's measurement by about 1000 ns)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -120,20 +132,47 @@ int simulate_main(int argc, char** argv) {
     return ExitCode::usage_error;
   }
 
-  SimulationResult r;
-  try {
+  // A kernel recording (`haltpolld record`): `--policy haltpoll` checks the model against the
+  // kernel's own limit changes; any other policy replays its idle periods as a duration trace.
+  std::string text;
+  {
+    std::ostringstream all;
     if (trace_path == "-") {
-      r = simulate_trace(std::cin, *governor, params.miss_cost_ns);
+      all << std::cin.rdbuf();
     } else {
       std::ifstream in(trace_path);
       if (!in) {
         std::fprintf(stderr, "haltpolld simulate: cannot open trace %s\n", trace_path.c_str());
         return ExitCode::trace_error;
       }
-      r = simulate_trace(in, *governor, params.miss_cost_ns);
+      all << in.rdbuf();
+    }
+    text = all.str();
+  }
+  const std::string shown = trace_path == "-" ? "<stdin>" : trace_path;
+  SimulationResult r;
+  try {
+    if (looks_like_kernel_recording(text.substr(0, 4096))) {
+      std::istringstream in(text);
+      const auto rec = read_kernel_recording(in, recording_cap_ns);
+      if (policy == "haltpoll") {
+        const auto a = replay_against_kernel(rec, residency_bias_ns);
+        const auto j = to_json(a, rec, residency_bias_ns);
+        if (json) std::cout << j.dump() << '\n';
+        else for (const auto& [k, v] : j.items()) std::cout << k << ": " << v.dump() << '\n';
+        return ExitCode::ok;
+      }
+      std::ostringstream durations;
+      for (const auto& [cpu, c] : rec.cpus)
+        for (auto d : c.periods) durations << d << '\n';
+      std::istringstream trace(durations.str());
+      r = simulate_trace(trace, *governor, params.miss_cost_ns);
+    } else {
+      std::istringstream trace(text);
+      r = simulate_trace(trace, *governor, params.miss_cost_ns);
     }
   } catch (const TraceError& e) {
-    std::fprintf(stderr, "haltpolld simulate: %s: %s\n", trace_path == "-" ? "<stdin>" : trace_path.c_str(), e.what());
+    std::fprintf(stderr, "haltpolld simulate: %s: %s\n", shown.c_str(), e.what());
     return ExitCode::trace_error;
   }
 

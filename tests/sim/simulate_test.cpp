@@ -153,3 +153,26 @@ TEST_CASE("haltpolld simulate: command line, exit codes, stdin") {
   CHECK(r.code == 0);
   CHECK(r.out.find("--miss-cost-ns") != std::string::npos);
 }
+
+TEST_CASE("haltpolld simulate on a kernel recording: haltpoll checks the model, other policies replay its periods") {
+  const std::string dir = std::string(HALTPOLL_SOURCE_DIR) + "/tests/data/real-guest";
+  auto r = run({"/bin/sh", "-c",
+                "xz -dc " + dir + "/timer-50000.idle.txt.xz | " + std::string(HALTPOLLD_BIN) +
+                    " simulate --trace - --policy haltpoll --cap-ns 50000 --residency-bias-ns 1000 --json"});
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["recording"] == true);
+  CHECK(j["kernel_limit_events"].get<std::uint64_t>() == 16511);
+  CHECK(j["aligned_ratio"].get<double>() >= 0.99);
+  r = run({"/bin/sh", "-c",
+           "xz -dc " + dir + "/timer-50000.idle.txt.xz | " + std::string(HALTPOLLD_BIN) +
+               " simulate --trace - --policy static:200000 --json"});
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j["policy"] == "static");
+  // A 150 µs timer: nearly every period is shorter than 200 µs, so a 200 µs window polls through it.
+  CHECK(j["hit_ratio"].get<double>() > 0.9);
+  r = run({"/bin/sh", "-c", "printf '0 halt 10\\n0 nap 5\\n' | " + std::string(HALTPOLLD_BIN) + " simulate --trace - --policy haltpoll"});
+  CHECK(r.code == 3);
+  CHECK(r.err.find("line 2") != std::string::npos);
+}
