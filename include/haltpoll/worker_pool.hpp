@@ -17,8 +17,9 @@
 //    any thread at any time without locks; a read is a consistent-enough snapshot (each counter is
 //    exact, counters may be from slightly different instants). reset_stats() keeps a baseline on the
 //    reader side, so the workers never see it.
-//  - Shutdown (and the destructor) must not be called from one of the pool's own tasks, and
-//    thread_cpu_ns() not concurrently with shutdown.
+//  - shutdown() called from one of the pool's own tasks throws std::logic_error (also while another
+//    thread is shutting the pool down); the destructor, which cannot throw, then terminates the
+//    process. thread_cpu_ns() must not run concurrently with shutdown.
 #pragma once
 
 #include <atomic>

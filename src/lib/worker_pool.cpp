@@ -9,6 +9,7 @@
 #include <ctime>
 #include <latch>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -85,9 +86,11 @@ struct WorkerPool::Worker {
       park_wake_ns{0}, miss_cost_ns{0};
   LatencyHistogram latency;
 
-  // Set before the start latch opens, constant afterwards.
+  // Set before the start latch opens, constant afterwards. `id` is what shutdown() compares the
+  // caller with: reading `thread` itself would race with another thread's join().
   std::string pin_error;
   pthread_t handle{};
+  std::thread::id id;
   std::thread thread;
 
   // Reader side: the values at the last reset_stats(), guarded by Shared::reset_mutex for writers.
@@ -156,6 +159,10 @@ struct WorkerPool::Shared {
   std::atomic<std::uint64_t> round_robin{0};
   std::mutex shutdown_mutex;
   bool shut_down = false;
+  // Opened once every worker has tried to pin itself. Here, not on the constructor's stack: the
+  // last count_down() may still be inside its futex wake when the constructor's wait() returns,
+  // and the latch must outlive that call.
+  std::optional<std::latch> started;
   mutable std::mutex reset_mutex;
 
   Worker* find(int cpu) const noexcept {
@@ -165,7 +172,7 @@ struct WorkerPool::Shared {
     return nullptr;
   }
 
-  void run_worker(Worker& w, std::latch& started);
+  void run_worker(Worker& w);
   // Runs a FIFO list of tasks and frees their nodes (the slot is emptied and released, the wake
   // node skipped); the first one starts at first_start_ns. Returns false if the worker must stop
   // (cancel): the rest of the list has then been destroyed unrun.
@@ -200,16 +207,17 @@ bool WorkerPool::Shared::run_tasks(Worker& w, TaskNode* list, std::int64_t first
   return w.stop.load(std::memory_order_acquire) != stop_cancel;
 }
 
-void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
+void WorkerPool::Shared::run_worker(Worker& w) {
   w.pin_error = pin_self_to(w.cpu);
   w.handle = pthread_self();
+  w.id = std::this_thread::get_id();
   std::uint64_t cap = 0;
   std::uint64_t tuning_version = ~std::uint64_t{0};
   std::uint64_t policy_generation = 0;
   double miss_cost_avg = static_cast<double>(options.params.miss_cost_ns);
   std::uint64_t miss_cost_set = options.params.miss_cost_ns;
   w.miss_cost_ns.store(miss_cost_set, relaxed);
-  started.count_down();
+  started->count_down();
 
   for (;;) {
     if (TaskNode* list = w.queue.take_all()) {
@@ -301,9 +309,12 @@ void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
 }
 
 SubmitOutcome WorkerPool::Shared::submit_to(Worker& w, Task&& task) {
-  // Announce the submit before checking `accepting`; shutdown() clears `accepting` and then waits
-  // for the count to drop to zero. seq_cst on both sides makes this a Dekker pair: either this
-  // load sees false, or shutdown sees the increment and waits for this push (and its wake).
+  // Once shutdown has begun, a submit must not touch the count at all: a submitter retrying in a
+  // loop would otherwise keep it above zero and starve shutdown's wait for it.
+  if (!accepting.load(std::memory_order_relaxed)) return SubmitOutcome::rejected;
+  // Announce the submit before checking `accepting` again; shutdown() clears `accepting` and then
+  // waits for the count to drop to zero. seq_cst on both sides makes this a Dekker pair: either
+  // this load sees false, or shutdown sees the increment and waits for this push (and its wake).
   w.inflight_submits.fetch_add(1, std::memory_order_seq_cst);
   if (!accepting.load(std::memory_order_seq_cst)) {
     w.inflight_submits.fetch_sub(1, std::memory_order_release);
@@ -363,12 +374,12 @@ WorkerPool::WorkerPool(PoolOptions options) : shared_(std::make_unique<Shared>(v
     w->governor = std::make_unique<WindowGovernor>(s.options.policy, s.options.params);
     s.workers.push_back(std::move(w));
   }
-  std::latch started(static_cast<std::ptrdiff_t>(s.workers.size()));
+  std::latch& started = s.started.emplace(static_cast<std::ptrdiff_t>(s.workers.size()));
   std::size_t launched = 0;
   try {
     for (auto& w : s.workers) {
       Worker& ref = *w;
-      ref.thread = std::thread([&s, &ref, &started] { s.run_worker(ref, started); });
+      ref.thread = std::thread([&s, &ref] { s.run_worker(ref); });
       ++launched;
     }
   } catch (...) {
@@ -482,12 +493,14 @@ PolicyParams WorkerPool::policy_params() const { return shared_->tuning.read()->
 
 void WorkerPool::shutdown(ShutdownMode mode) {
   Shared& s = *shared_;
-  std::lock_guard lock(s.shutdown_mutex);
-  if (s.shut_down) return;
+  // Before the mutex: while another thread holds it, it is joining this very worker, so a task
+  // that waited for it would never return (a deadlock instead of an error).
   const auto self = std::this_thread::get_id();
   for (const auto& w : s.workers) {
-    if (w->thread.get_id() == self) throw std::logic_error("WorkerPool::shutdown called from one of its own tasks");
+    if (w->id == self) throw std::logic_error("WorkerPool::shutdown called from one of its own tasks");
   }
+  std::lock_guard lock(s.shutdown_mutex);
+  if (s.shut_down) return;
   s.accepting.store(false, std::memory_order_seq_cst);
   for (auto& w : s.workers) {
     // Submitters that got past the `accepting` check finish their push (and its wake); after this

@@ -1,6 +1,12 @@
 #include <catch2/catch.hpp>
 
 #include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 
 #include <atomic>
 #include <chrono>
@@ -249,6 +255,127 @@ TEST_CASE("pool: shutdown(drain) runs every accepted task, then rejects", "[pool
   CHECK(run == static_cast<std::uint64_t>(accepted));
   CHECK(cancelled == 0);
   pool.shutdown(ShutdownMode::cancel);  // idempotent
+}
+
+TEST_CASE("pool: shutdown from a task throws, even while another thread is shutting down", "[pool]") {
+  PoolOptions o;
+  o.cpus = {my_cpus().front()};
+  const int cpu = o.cpus[0];
+  WorkerPool pool(o);
+
+  std::atomic<int> alone{0};  // 1: threw logic_error, 2: returned or threw something else
+  pool.submit(cpu, [&] {
+    try {
+      pool.shutdown(ShutdownMode::drain);
+      alone.store(2);
+    } catch (const std::logic_error&) {
+      alone.store(1);
+    }
+  });
+  REQUIRE(eventually([&] { return alone.load() != 0; }));
+  CHECK(alone.load() == 1);
+
+  // The task waits until another thread's shutdown has begun (its own submit is rejected): that
+  // thread now holds the pool's shutdown lock and is joining this worker.
+  std::atomic<int> concurrent{0};
+  pool.submit(cpu, [&] {
+    while (pool.submit(cpu, [] {}) != SubmitOutcome::rejected) std::this_thread::yield();
+    try {
+      pool.shutdown(ShutdownMode::drain);
+      concurrent.store(2);
+    } catch (const std::logic_error&) {
+      concurrent.store(1);
+    }
+  });
+  std::atomic<bool> joined{false};
+  std::thread closer([&] {
+    pool.shutdown(ShutdownMode::drain);
+    joined.store(true);
+  });
+  if (!eventually([&] { return joined.load(); })) {
+    // A deadlock cannot be unwound (the worker and `closer` wait for each other): report and leave.
+    FAIL_CHECK("shutdown from a task deadlocked with a concurrent shutdown");
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+  closer.join();
+  CHECK(concurrent.load() == 1);
+}
+
+#if !defined(__SANITIZE_THREAD__)
+TEST_CASE("pool: destroying the pool from one of its tasks terminates instead of hanging", "[pool]") {
+  // In a child process: the destructor cannot throw, so the logic_error ends it with SIGABRT.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    alarm(20);  // a hang ends as SIGALRM, which the parent reports as a failure
+    PoolOptions o;
+    o.cpus = {my_cpus().front()};
+    auto* pool = new WorkerPool(o);
+    pool->submit(o.cpus[0], [pool] { delete pool; });
+    pause();
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
+}
+#endif
+
+TEST_CASE("pool: external submitters that retry on rejection race shutdown", "[pool]") {
+  // Submitters keep going after their submits start being rejected, as a retrying client would;
+  // shutdown must still return, run every accepted task (drain) and none of the rejected ones.
+  for (const ShutdownMode mode : {ShutdownMode::drain, ShutdownMode::cancel}) {
+    PoolOptions o;
+    o.policy = "static:2000";
+    WorkerPool pool(o);
+    const std::vector<int> cpus = pool.cpus();
+    std::atomic<std::uint64_t> accepted{0}, ran{0}, rejected_after_shutdown{0}, accepted_after_shutdown{0};
+    std::atomic<bool> shut{false}, stop{false};
+    std::vector<std::thread> submitters;
+    for (int t = 0; t < 3; ++t) {
+      submitters.emplace_back([&, t] {
+        for (std::uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+          const bool after = shut.load(std::memory_order_acquire);
+          const auto outcome = pool.submit(cpus[(i + static_cast<unsigned>(t)) % cpus.size()],
+                                           [&] { ran.fetch_add(1, std::memory_order_relaxed); });
+          if (outcome != SubmitOutcome::rejected) {
+            accepted.fetch_add(1, std::memory_order_relaxed);
+            if (after) accepted_after_shutdown.fetch_add(1, std::memory_order_relaxed);  // Catch2 asserts are not thread-safe
+          } else if (after) {
+            rejected_after_shutdown.fetch_add(1, std::memory_order_relaxed);
+          }
+        }
+      });
+    }
+    std::this_thread::sleep_for(20ms);
+    std::atomic<bool> returned{false};
+    std::thread closer([&] {
+      pool.shutdown(mode);
+      shut.store(true, std::memory_order_release);
+      returned.store(true);
+    });
+    const bool ok = eventually([&] { return returned.load(); });
+    if (!ok) {
+      FAIL_CHECK("shutdown starved by submitters retrying on rejection");
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+    closer.join();
+    REQUIRE(eventually([&] { return rejected_after_shutdown.load() > 100; }));
+    stop.store(true);
+    for (auto& t : submitters) t.join();
+    CHECK(accepted_after_shutdown.load() == 0);
+    std::uint64_t stat_runs = 0, cancelled = 0;
+    for (const auto& s : pool.all_stats()) {
+      stat_runs += s.tasks_run;
+      cancelled += s.tasks_cancelled;
+    }
+    CHECK(stat_runs == ran.load());
+    CHECK(stat_runs + cancelled == accepted.load());
+    if (mode == ShutdownMode::drain) CHECK(cancelled == 0);
+  }
 }
 
 TEST_CASE("pool: shutdown(cancel) finishes the running task and destroys the queued ones", "[pool]") {
