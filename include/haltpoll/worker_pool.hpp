@@ -83,6 +83,7 @@ struct WorkerStats {
   std::uint64_t poll_hits = 0;        // the wake came while polling
   std::uint64_t poll_misses = 0;      // the window ran out: the worker parked (or was notified just then)
   std::uint64_t futex_waits = 0;      // FUTEX_WAIT calls (>= poll_misses: spurious wakes)
+  std::uint64_t futex_errors = 0;     // of those, failed with EPERM, ENOSYS, ... (the worker backs off, see Parker)
   std::uint64_t wakes_without_syscall = 0;  // submitters that found the worker polling
   std::uint64_t poll_ns = 0;          // CPU time spent polling, hits and misses
   std::uint64_t wasted_poll_ns = 0;   // polling that ended in a park

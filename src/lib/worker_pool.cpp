@@ -125,6 +125,7 @@ struct WorkerPool::Worker {
     s.poll_hits = poll_hits.load(relaxed);
     s.poll_misses = poll_misses.load(relaxed);
     s.futex_waits = park_counters.futex_waits.load(relaxed);
+    s.futex_errors = park_counters.futex_errors.load(relaxed);
     s.wakes_without_syscall = park_counters.wakes_without_syscall.load(relaxed);
     s.poll_ns = poll_ns.load(relaxed);
     s.wasted_poll_ns = wasted_poll_ns.load(relaxed);
@@ -443,6 +444,7 @@ WorkerStats WorkerPool::stats(int cpu) const {
   s.poll_hits = sat_sub(s.poll_hits, b.poll_hits);
   s.poll_misses = sat_sub(s.poll_misses, b.poll_misses);
   s.futex_waits = sat_sub(s.futex_waits, b.futex_waits);
+  s.futex_errors = sat_sub(s.futex_errors, b.futex_errors);
   s.wakes_without_syscall = sat_sub(s.wakes_without_syscall, b.wakes_without_syscall);
   s.poll_ns = sat_sub(s.poll_ns, b.poll_ns);
   s.wasted_poll_ns = sat_sub(s.wasted_poll_ns, b.wasted_poll_ns);

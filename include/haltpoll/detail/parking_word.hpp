@@ -51,6 +51,7 @@ struct ParkInfo {
   bool poll_hit = false;          // the notification came during the poll window
   bool parked = false;            // the owner reached kParked: its notifier paid for FUTEX_WAKE
   std::uint32_t futex_waits = 0;  // FUTEX_WAIT calls made (0 on a hit; > 1 after spurious wakes)
+  std::uint32_t futex_errors = 0; // of those, the ones that failed with an unexpected error (see ParkCounters)
   std::int64_t poll_ns = 0;       // time spent polling (0 with a window <= 0)
   std::int64_t start_ns = 0;      // monotonic_ns() when park() began (0 if already notified)
   std::int64_t wake_ns = 0;       // monotonic_ns() once the notification was seen (0 likewise)
@@ -63,7 +64,21 @@ struct ParkCounters {
   std::atomic<std::uint64_t> parks{0};                  // idle periods entered (not already_notified)
   std::atomic<std::uint64_t> wakes_without_syscall{0};  // notifications that found kPolling
   std::atomic<std::uint64_t> futex_waits{0};            // FUTEX_WAIT calls
+  // FUTEX_WAIT calls that failed with anything but EINTR, EAGAIN or ETIMEDOUT (which mean "look
+  // again"): EPERM from a seccomp filter, ENOSYS. Counted as they happen, so a reader sees them
+  // while the owner is still parked; the owner backs off between them instead of spinning.
+  std::atomic<std::uint64_t> futex_errors{0};
 };
+
+// Process-wide: futex calls of every ParkingWord that failed unexpectedly, FUTEX_WAIT (also in
+// the owners' ParkCounters) and FUTEX_WAKE (a failed wake leaves its owner asleep until a later
+// one), and the errno of the latest. The first failure of each kind is also logged to stderr.
+struct FutexErrorCounts {
+  std::uint64_t wait_errors = 0;
+  std::uint64_t wake_errors = 0;
+  int last_errno = 0;
+};
+FutexErrorCounts futex_error_counts() noexcept;
 
 template <class W, W Sticky = 0>
 class ParkingWord {
