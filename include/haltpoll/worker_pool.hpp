@@ -95,6 +95,17 @@ struct WorkerStats {
   LatencyHistogram latency;           // submit→start, ns
 };
 
+namespace detail {
+// When an idle period that began at start_ns and was seen to end at wake_ns really ended: when the
+// work arrived (submit_ns), kept within the period. An unpinned worker can read start and wake on
+// two CPUs whose counters disagree, so wake_ns may be the earlier; std::clamp would then be
+// undefined, and a negative idle period would wrap to ~2^64 ns in the statistics.
+inline std::int64_t idle_period_end(std::int64_t submit_ns, std::int64_t start_ns, std::int64_t wake_ns) noexcept {
+  const std::int64_t last = wake_ns > start_ns ? wake_ns : start_ns;
+  return submit_ns < start_ns ? start_ns : submit_ns > last ? last : submit_ns;
+}
+}  // namespace detail
+
 class WorkerPool {
  public:
   // Starts and pins the workers; returns once every worker has tried to pin itself.

@@ -269,8 +269,8 @@ void WorkerPool::Shared::run_worker(Worker& w) {
     // governor's miss cost and must not be counted twice. (Without a task, e.g. at shutdown, the
     // wake itself is the end.) Read here: running the tasks frees their nodes.
     const bool brought_task = list != &w.wake_node;
-    const std::int64_t arrival =
-        brought_task ? std::clamp(list->submit_ns, info.start_ns, info.wake_ns) : info.wake_ns;
+    const std::int64_t arrival = brought_task ? detail::idle_period_end(list->submit_ns, info.start_ns, info.wake_ns)
+                                              : std::max(info.wake_ns, info.start_ns);
 
     // Run what woke us right away, reusing the wake timestamp as the first task's start; the
     // bookkeeping below waits until they are done (it is not on the hand-off's path).
@@ -291,7 +291,7 @@ void WorkerPool::Shared::run_worker(Worker& w) {
       bump(w.wasted_poll_ns, poll);
       governor.record(std::max(idle, window + 1), window);
       if (brought_task && info.parked) {
-        const auto penalty = static_cast<std::uint64_t>(info.wake_ns - arrival);
+        const auto penalty = static_cast<std::uint64_t>(std::max<std::int64_t>(info.wake_ns - arrival, 0));
         bump(w.park_wakes);
         bump(w.park_wake_ns, penalty);
         if (options.measure_miss_cost) {

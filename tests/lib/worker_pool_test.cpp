@@ -99,6 +99,19 @@ TEST_CASE("unique function: inline, heap, move-only, empty", "[pool][unique_func
   CHECK(*counter == 1);
 }
 
+TEST_CASE("pool: the idle period's end stays within it, even when the counters go backwards", "[pool]") {
+  using haltpoll::detail::idle_period_end;
+  CHECK(idle_period_end(150, 100, 200) == 150);
+  CHECK(idle_period_end(50, 100, 200) == 100);   // submitted before the park began
+  CHECK(idle_period_end(250, 100, 200) == 200);  // stamped on a CPU whose counter runs ahead
+  // Start and wake read on two CPUs with skewed counters: wake < start. Every result must still
+  // give an idle length >= 0 (std::clamp(submit, start, wake) was undefined here and returned 50).
+  for (const std::int64_t submit : {0, 50, 75, 100, 200}) {
+    const std::int64_t end = idle_period_end(submit, 100, 50);
+    CHECK(end == 100);
+  }
+}
+
 TEST_CASE("pool: one worker per CPU of the affinity mask, tasks run on their CPU", "[pool]") {
   WorkerPool pool;
   CHECK(pool.cpus() == my_cpus());
