@@ -67,7 +67,8 @@ void ParkingWord<W, Sticky>::futex_wake() noexcept {
 }
 
 template <class W, W Sticky>
-W ParkingWord<W, Sticky>::park(std::int64_t window_ns, ParkInfo& out, ParkCounters& counters) noexcept {
+W ParkingWord<W, Sticky>::park(std::int64_t window_ns, ParkInfo& out, ParkCounters& counters,
+                               bool stamp_hits) noexcept {
   out = ParkInfo{};
 
   // Guess "nothing pending, no sticky bit" instead of loading first: one compare-exchange asks for
@@ -86,7 +87,10 @@ W ParkingWord<W, Sticky>::park(std::int64_t window_ns, ParkInfo& out, ParkCounte
 
   if (window_ns > 0) {
     // While the owner polls, only a notifier (payload) or a user (sticky bits) changes the word.
-    cur = cond_load_acquire_timeout(word, [](W v) { return payload(v) != 0; }, MonotonicClock{}, window_ns);
+    std::int64_t last_read = out.start_ns;
+    cur = cond_load_acquire_timeout(
+        word, [](W v) { return payload(v) != 0; }, [&last_read]() noexcept { return last_read = monotonic_ns(); },
+        window_ns);
     if (payload(cur) != 0) {
       // The poll read the line shared; the take below needs it exclusive. Ask for that now
       // (PREFETCHW / PRFM PSTL1KEEP), so that the upgrade travels while the clock is read.
@@ -98,10 +102,12 @@ W ParkingWord<W, Sticky>::park(std::int64_t window_ns, ParkInfo& out, ParkCounte
         __builtin_prefetch(reinterpret_cast<const char*>(payload(cur)) + 64);
       }
     }
-    const std::int64_t now = monotonic_ns();
+    const bool hit = payload(cur) != 0;
+    const std::int64_t now = hit && !stamp_hits ? last_read : monotonic_ns();
     out.poll_ns = now - out.start_ns;
-    if (payload(cur) != 0) {
+    if (hit) {
       out.wake_ns = now;
+      out.wake_stamped = stamp_hits;
       out.poll_hit = true;
       bump(counters.wakes_without_syscall);
       return take_now();

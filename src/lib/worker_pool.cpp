@@ -71,6 +71,7 @@ using TaskQueue = detail::ParkingMpscQueue<TaskNode>;
 
 struct WorkerPool::Worker {
   int cpu = -1;
+  std::uint32_t latency_sample_every = 1;  // a copy of the option, for raw_stats()
   alignas(64) TaskQueue queue;
   alignas(64) std::atomic<std::uint32_t> inflight_submits{0};
   alignas(64) std::atomic<std::uint32_t> stop{running};
@@ -134,6 +135,7 @@ struct WorkerPool::Worker {
     s.park_wakes = park_wakes.load(relaxed);
     s.park_wake_ns = park_wake_ns.load(relaxed);
     s.miss_cost_ns = miss_cost_ns.load(relaxed);
+    s.latency_sample_every = latency_sample_every;
     s.latency = latency;
     return s;
   }
@@ -192,7 +194,9 @@ bool WorkerPool::Shared::run_tasks(Worker& w, TaskNode* list, std::int64_t first
       bump(w.tasks_cancelled);
       continue;
     }
-    if (start == 0) start = monotonic_ns();
+    // Only a stamped task (see PoolOptions::latency_sample_every) costs a clock read here.
+    const bool stamped = node->submit_ns != 0;
+    if (stamped && start == 0) start = monotonic_ns();
     const std::uint64_t latency = start > node->submit_ns ? static_cast<std::uint64_t>(start - node->submit_ns) : 0;
     try {
       node->task();
@@ -200,7 +204,7 @@ bool WorkerPool::Shared::run_tasks(Worker& w, TaskNode* list, std::int64_t first
       bump(w.task_exceptions);
     }
     // Recorded after the task, so that what the task hands on (a reply, the next hop) leaves first.
-    w.latency.record(latency);
+    if (stamped) w.latency.record(latency);
     bump(w.tasks_run);
     w.dispose(node);
     start = 0;
@@ -258,7 +262,10 @@ void WorkerPool::Shared::run_worker(Worker& w) {
     w.window_ns.store(window, relaxed);
 
     ParkInfo info;
-    TaskNode* const list = w.queue.wait_take_all(static_cast<std::int64_t>(window), info, w.park_counters);
+    // No clock read after a poll hit: an unstamped task does not need one, a stamped one takes its
+    // own start stamp in run_tasks.
+    TaskNode* const list =
+        w.queue.wait_take_all(static_cast<std::int64_t>(window), info, w.park_counters, /*stamp_hits=*/false);
     if (info.already_notified) {  // no idle period: a submit raced with the empty check
       if (!run_tasks(w, list, 0)) break;
       continue;
@@ -267,14 +274,17 @@ void WorkerPool::Shared::run_worker(Worker& w) {
     // The idle period ends when the work arrived (the first task's submit time), not when this
     // worker noticed: on the park path the difference is the wake-up penalty, which is the
     // governor's miss cost and must not be counted twice. (Without a task, e.g. at shutdown, the
-    // wake itself is the end.) Read here: running the tasks frees their nodes.
+    // wake itself is the end; so it is for an unstamped task, whose poll-hit wake time is the
+    // poll's last clock reading, at most a barrier batch early.) Read here: running the tasks
+    // frees their nodes.
     const bool brought_task = list != &w.wake_node;
-    const std::int64_t arrival = brought_task ? detail::idle_period_end(list->submit_ns, info.start_ns, info.wake_ns)
-                                              : std::max(info.wake_ns, info.start_ns);
+    const bool first_stamped = brought_task && list->submit_ns != 0;
+    const std::int64_t arrival = first_stamped ? detail::idle_period_end(list->submit_ns, info.start_ns, info.wake_ns)
+                                               : std::max(info.wake_ns, info.start_ns);
 
-    // Run what woke us right away, reusing the wake timestamp as the first task's start; the
-    // bookkeeping below waits until they are done (it is not on the hand-off's path).
-    if (!run_tasks(w, list, info.wake_ns)) break;
+    // Run what woke us right away, reusing the wake timestamp (when there is one) as the first
+    // task's start; the bookkeeping below waits until they are done (it is not on the hand-off's path).
+    if (!run_tasks(w, list, info.wake_stamped ? info.wake_ns : 0)) break;
 
     const auto idle = static_cast<std::uint64_t>(arrival - info.start_ns);
     const auto poll = static_cast<std::uint64_t>(std::max<std::int64_t>(info.poll_ns, 0));
@@ -290,7 +300,7 @@ void WorkerPool::Shared::run_worker(Worker& w) {
       bump(w.poll_misses);
       bump(w.wasted_poll_ns, poll);
       governor.record(std::max(idle, window + 1), window);
-      if (brought_task && info.parked) {
+      if (first_stamped && info.parked) {
         const auto penalty = static_cast<std::uint64_t>(std::max<std::int64_t>(info.wake_ns - arrival, 0));
         bump(w.park_wakes);
         bump(w.park_wake_ns, penalty);
@@ -321,10 +331,18 @@ SubmitOutcome WorkerPool::Shared::submit_to(Worker& w, Task&& task) {
     w.inflight_submits.fetch_sub(1, std::memory_order_release);
     return SubmitOutcome::rejected;
   }
-  // The stamp before the claim: between the claim and the push the worker's poll may pull the
-  // line away, so that window must be a few stores, not a clock read.
-  const std::int64_t submit_ns = monotonic_ns();
-  TaskNode* node = w.queue.try_claim_slot();
+  // Whether to stamp this task for the latency histogram: a count per submitting thread, so no
+  // line is shared for it. The stamp comes before the claim: between the claim and the push the
+  // worker's poll may pull the line away, so that window must be a few stores, not a clock read.
+  thread_local std::uint32_t until_sample = 1;
+  const bool sample = --until_sample == 0;
+  if (sample) until_sample = options.latency_sample_every;
+  std::int64_t submit_ns = sample ? monotonic_ns() : 0;
+  bool parked = false;
+  TaskNode* node = w.queue.try_claim_slot(&parked);
+  // The first task after a park is always stamped (the park path stays fully measured); the
+  // worker sleeps, so this clock read after the claim delays nobody.
+  if (!sample && parked) submit_ns = monotonic_ns();
   if (node != nullptr) {
     node->submit_ns = submit_ns;
     node->task = std::move(task);  // noexcept
@@ -360,6 +378,9 @@ PoolOptions validated(PoolOptions options) {
       throw std::invalid_argument("WorkerPool: a CPU is listed twice");
     }
   }
+  if (options.latency_sample_every == 0) {
+    throw std::invalid_argument("WorkerPool: latency_sample_every must be at least 1 (1 stamps every task)");
+  }
   WindowGovernor check(options.policy, options.params);  // throws std::invalid_argument
   return options;
 }
@@ -371,6 +392,7 @@ WorkerPool::WorkerPool(PoolOptions options) : shared_(std::make_unique<Shared>(v
   for (int cpu : s.options.cpus) {
     auto w = std::make_unique<Worker>();
     w->cpu = cpu;
+    w->latency_sample_every = s.options.latency_sample_every;
     // Built here so that a bad spec throws from the constructor; the thread start hands it over.
     w->governor = std::make_unique<WindowGovernor>(s.options.policy, s.options.params);
     s.workers.push_back(std::move(w));

@@ -54,6 +54,16 @@ std::vector<int> my_cpus() {
   return cpus;
 }
 
+// n empty tasks, each submitted once the worker is parked again (a window-0 pool): every one
+// goes through the futex.
+void submit_each_to_a_parked_worker(WorkerPool& pool, int cpu, int n) {
+  for (int i = 0; i < n; ++i) {
+    REQUIRE(eventually([&] { return pool.stats(cpu).state == haltpoll::WorkerState::parked; }));
+    CHECK(pool.submit(cpu, [] {}) == SubmitOutcome::woke_parked);
+    REQUIRE(eventually([&] { return pool.stats(cpu).tasks_run == static_cast<std::uint64_t>(i + 1); }));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("unique function: inline, heap, move-only, empty", "[pool][unique_function]") {
@@ -113,7 +123,9 @@ TEST_CASE("pool: the idle period's end stays within it, even when the counters g
 }
 
 TEST_CASE("pool: one worker per CPU of the affinity mask, tasks run on their CPU", "[pool]") {
-  WorkerPool pool;
+  PoolOptions every;
+  every.latency_sample_every = 1;
+  WorkerPool pool(every);
   CHECK(pool.cpus() == my_cpus());
   CHECK(pool.pin_failures().empty());
   std::vector<std::atomic<int>> ran_on(pool.cpus().size());
@@ -321,7 +333,8 @@ TEST_CASE("pool: destroying the pool from one of its tasks terminates instead of
   const pid_t child = fork();
   REQUIRE(child >= 0);
   if (child == 0) {
-    alarm(20);  // a hang ends as SIGALRM, which the parent reports as a failure
+    std::signal(SIGABRT, SIG_DFL);  // not Catch2's handler: it would report for the child
+    alarm(20);                      // a hang ends as SIGALRM, which the parent reports as a failure
     PoolOptions o;
     o.cpus = {my_cpus().front()};
     auto* pool = new WorkerPool(o);
@@ -497,6 +510,43 @@ TEST_CASE("pool: the policy can be switched while running", "[pool]") {
   CHECK(pool.stats(cpu).miss_cost_ns == 12345);  // the new parameters seed the measured miss cost
 }
 
+TEST_CASE("pool: the latency histogram samples one task in N, every first task after a park", "[pool]") {
+  PoolOptions o;
+  o.cpus = {my_cpus().front()};
+  const int cpu = o.cpus[0];
+  o.latency_sample_every = 0;
+  CHECK_THROWS_AS(WorkerPool(o), std::invalid_argument);
+
+  // Polling worker (60 s window): one stamp per 4 submits of this thread, whatever its count
+  // stood at (40 is a multiple of 4), plus any submit that found the worker parked.
+  o.latency_sample_every = 4;
+  o.policy = "static:60000000000";
+  {
+    WorkerPool pool(o);
+    for (int i = 0; i < 40; ++i) {
+      pool.submit(cpu, [] {});
+      REQUIRE(eventually([&] { return pool.stats(cpu).tasks_run == static_cast<std::uint64_t>(i + 1); }));
+    }
+    const WorkerStats s = pool.stats(cpu);
+    CHECK(s.latency_sample_every == 4);
+    CHECK(s.tasks_run == 40);  // counters stay exact
+    CHECK(s.latency.count() >= 10);
+    CHECK(s.latency.count() <= 10 + s.poll_misses);
+    CHECK(s.poll_hits + s.poll_misses == s.idle_periods);
+  }
+  // Parked worker (window 0): every task is the first after a park, so every one is stamped even
+  // with a sampling rate that would stamp none of these.
+  o.latency_sample_every = 1000;
+  o.policy = "static:0";
+  {
+    WorkerPool pool(o);
+    submit_each_to_a_parked_worker(pool, cpu, 20);
+    const WorkerStats s = pool.stats(cpu);
+    CHECK(s.latency.count() == 20);
+    CHECK(s.park_wakes == 20);
+  }
+}
+
 TEST_CASE("pool: poll hits, futex waits and reset_stats", "[pool]") {
   PoolOptions o;
   o.cpus = {my_cpus().front()};
@@ -504,11 +554,7 @@ TEST_CASE("pool: poll hits, futex waits and reset_stats", "[pool]") {
   {
     o.policy = "static:0";
     WorkerPool pool(o);
-    for (int i = 0; i < 20; ++i) {
-      REQUIRE(eventually([&] { return pool.stats(cpu).state == haltpoll::WorkerState::parked; }));
-      CHECK(pool.submit(cpu, [] {}) == SubmitOutcome::woke_parked);
-      REQUIRE(eventually([&] { return pool.stats(cpu).tasks_run == static_cast<std::uint64_t>(i + 1); }));
-    }
+    submit_each_to_a_parked_worker(pool, cpu, 20);
     REQUIRE(eventually([&] { return pool.stats(cpu).tasks_run == 20; }));
     WorkerStats s = pool.stats(cpu);
     CHECK(s.poll_hits == 0);

@@ -52,9 +52,14 @@ struct ParkInfo {
   bool parked = false;            // the owner reached kParked: its notifier paid for FUTEX_WAKE
   std::uint32_t futex_waits = 0;  // FUTEX_WAIT calls made (0 on a hit; > 1 after spurious wakes)
   std::uint32_t futex_errors = 0; // of those, the ones that failed with an unexpected error (see ParkCounters)
-  std::int64_t poll_ns = 0;       // time spent polling (0 with a window <= 0)
+  std::int64_t poll_ns = 0;       // time spent polling (0 with a window <= 0): wake_ns - start_ns
   std::int64_t start_ns = 0;      // monotonic_ns() when park() began (0 if already notified)
-  std::int64_t wake_ns = 0;       // monotonic_ns() once the notification was seen (0 likewise)
+  std::int64_t wake_ns = 0;       // monotonic_ns() once the notification was seen (0 likewise);
+                                  // see wake_stamped
+  // False only on a poll hit of a park(..., stamp_hits = false): no clock read was made after the
+  // hit, and wake_ns is the poll's last clock reading (start_ns if it made none), a lower bound
+  // at most one barrier batch (<= 2.5 us) early. Saves the hand-off one ordered clock read.
+  bool wake_stamped = true;
 };
 
 namespace detail {
@@ -99,7 +104,8 @@ class ParkingWord {
   // Owner only. Returns once a payload is there and takes it (see take_now): polls for up to
   // window_ns (<= 0: no polling, straight to the futex, like the kernel with poll_limit_ns == 0),
   // then FUTEX_WAITs. The state bits must be 0 on entry (the owner is not idle).
-  W park(std::int64_t window_ns, ParkInfo& out, ParkCounters& counters) noexcept;
+  // stamp_hits = false: skip the clock read after a poll hit (see ParkInfo::wake_stamped).
+  W park(std::int64_t window_ns, ParkInfo& out, ParkCounters& counters, bool stamp_hits = true) noexcept;
 
   // Owner only: takes a pending payload without waiting; 0 if there is none.
   W take() noexcept {
