@@ -152,46 +152,35 @@ inline bool wait_batch(BarrierBackend backend, const std::atomic<T>& word, T& v,
       return relax_batch<Order>(word, v, cond,
                                 relaxes_for(budget_ns, barrier_tuning.relaxes_per_us.load(std::memory_order_relaxed)));
     case BarrierBackend::x86_waitpkg:
-#if HALTPOLL_ARCH_X86
-    {
-      auto still_waiting = [&]() noexcept { return !cond(word.load(std::memory_order_relaxed)); };
-      const std::uint64_t ticks =
-          ticks_for(budget_ns, barrier_tuning.counter_ticks_per_ns_q32.load(std::memory_order_relaxed));
-      arch::x86::umonitor_wait(word, still_waiting, arch::x86::read_counter() + ticks);
-      v = word.load(Order);
-      return static_cast<bool>(cond(v));
-    }
-#else
+      if constexpr (arch::native::has_monitor_wait) {
+        auto still_waiting = [&]() noexcept { return !cond(word.load(std::memory_order_relaxed)); };
+        const std::uint64_t ticks =
+            ticks_for(budget_ns, barrier_tuning.counter_ticks_per_ns_q32.load(std::memory_order_relaxed));
+        arch::native::monitor_wait(word, still_waiting, arch::native::read_counter() + ticks);
+        v = word.load(Order);
+        return static_cast<bool>(cond(v));
+      }
       break;
-#endif
     case BarrierBackend::arm64_wfe:
-#if HALTPOLL_ARCH_ARM64
-      if constexpr (arch::arm64::has_cmpwait<T>) {
+      if constexpr (arch::native::has_cmpwait<T>) {
         if (budget_ns >= barrier_tuning.event_stream_period_ns.load(std::memory_order_relaxed)) {
-          arch::arm64::cmpwait(word, v);
+          arch::native::cmpwait(word, v);
           v = word.load(Order);
           return static_cast<bool>(cond(v));
         }
       }
-      return relax_batch<Order>(word, v, cond, kFixedPollCount);
-#else
       break;
-#endif
     case BarrierBackend::arm64_wfet:
-#if HALTPOLL_ARCH_ARM64
-      if constexpr (arch::arm64::has_cmpwait<T>) {
+      if constexpr (arch::native::has_cmpwait<T>) {
         const std::uint64_t ticks =
             ticks_for(budget_ns, barrier_tuning.counter_ticks_per_ns_q32.load(std::memory_order_relaxed));
-        arch::arm64::cmpwait_until(word, v, arch::arm64::read_counter() + ticks);
+        arch::native::cmpwait_until(word, v, arch::native::read_counter() + ticks);
         v = word.load(Order);
         return static_cast<bool>(cond(v));
       }
-      return relax_batch<Order>(word, v, cond, kFixedPollCount);
-#else
       break;
-#endif
     case BarrierBackend::generic_yield:
-      arch::generic::yield_cpu();
+      arch::native::yield_cpu();
       v = word.load(Order);
       return static_cast<bool>(cond(v));
   }

@@ -4,8 +4,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <ctime>
 #include <latch>
 #include <mutex>
@@ -13,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "haltpoll/affinity.hpp"
 #include "haltpoll/clock.hpp"
 #include "haltpoll/detail/parking_queue.hpp"
 #include "haltpoll/snapshot.hpp"
@@ -39,27 +38,11 @@ struct TaskNode {
 
 enum StopState : std::uint32_t { running = 0, stop_drain = 1, stop_cancel = 2 };
 
-std::vector<int> affinity_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
-    throw std::runtime_error(std::string("sched_getaffinity: ") + std::strerror(errno));
-  }
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return cpus;
-}
-
 // Empty string on success.
 std::string pin_self_to(int cpu) {
   if (cpu < 0 || cpu >= CPU_SETSIZE) return "cpu number out of range";
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  if (sched_setaffinity(0, sizeof(set), &set) != 0) return std::strerror(errno);
-  return {};
+  const std::error_code ec = pin_this_thread(cpu);
+  return ec ? ec.message() : std::string{};
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The timeout barrier's typed suite: every case runs once per (backend, word type); a backend that
 // this machine lacks is reported and skipped. Mirrors the kernel's lib/tests/barrier-timeout-test.c
 // (REFERENCE.md §2) plus a cross-thread wake and an acquire message-passing check.
+#include "haltpoll/affinity.hpp"
 #include "haltpoll/barrier.hpp"
 #include "haltpoll/clock.hpp"
 
@@ -20,6 +21,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -441,19 +443,10 @@ TEST_CASE("barrier: a monotonic_ns reading taken after seeing another thread's s
   // B reads a time that A published, then reads the clock itself: causality must show in the
   // readings (what the pool's submit→start latencies rely on). An unfenced RDTSC fails this
   // thousands of times in most runs; CTest also runs it with HALTPOLL_CLOCK=tsc, for the TSC path.
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
-  int cpus[2] = {-1, -1};
-  for (int c = 0, n = 0; c < CPU_SETSIZE && n < 2; ++c) {
-    if (CPU_ISSET(c, &set)) cpus[n++] = c;
-  }
+  const std::vector<int> mask = haltpoll::affinity_cpus();
+  const int cpus[2] = {mask.empty() ? -1 : mask[0], mask.size() < 2 ? -1 : mask[1]};
   auto pin = [](int cpu) {
-    if (cpu < 0) return;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    if (cpu >= 0) haltpoll::pin_this_thread(cpu);
   };
   std::atomic<std::int64_t> published{0};
   std::atomic<int> backwards{0};

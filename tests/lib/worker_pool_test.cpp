@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -16,9 +17,11 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include "haltpoll/affinity.hpp"
 #include "haltpoll/unique_function.hpp"
 #include "haltpoll/worker_pool.hpp"
 
@@ -43,16 +46,7 @@ bool eventually(Pred pred) {
   return true;
 }
 
-std::vector<int> my_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return cpus;
-}
+std::vector<int> my_cpus() { return haltpoll::affinity_cpus(); }
 
 // n empty tasks, each submitted once the worker is parked again (a window-0 pool): every one
 // goes through the futex.
@@ -65,6 +59,23 @@ void submit_each_to_a_parked_worker(WorkerPool& pool, int cpu, int n) {
 }
 
 }  // namespace
+
+TEST_CASE("affinity: the mask's CPUs, and pinning the calling thread to one", "[pool][affinity]") {
+  const std::vector<int> cpus = haltpoll::affinity_cpus();
+  REQUIRE_FALSE(cpus.empty());
+  CHECK(std::is_sorted(cpus.begin(), cpus.end()));
+  std::error_code ec = std::make_error_code(std::errc::io_error);
+  int ran_on = -1;
+  std::thread t([&] {
+    ec = haltpoll::pin_this_thread(cpus.back());
+    ran_on = sched_getcpu();
+  });
+  t.join();
+  CHECK_FALSE(ec);
+  CHECK(ran_on == cpus.back());
+  CHECK(haltpoll::pin_this_thread(-1) == std::errc::invalid_argument);
+  CHECK(haltpoll::pin_this_thread(CPU_SETSIZE) == std::errc::invalid_argument);
+}
 
 TEST_CASE("unique function: inline, heap, move-only, empty", "[pool][unique_function]") {
   UniqueFunction<int(int)> empty;

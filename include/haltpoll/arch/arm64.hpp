@@ -18,9 +18,18 @@
 #include <bit>
 #include <cstdint>
 
+#include "haltpoll/arch/generic.hpp"
+
 namespace haltpoll::arch::arm64 {
 
+// From the generic layer: no address-monitor wait (the exclusive monitor serves cmpwait instead).
+using generic::has_monitor_wait;
+using generic::monitor_wait;
+using generic::yield_cpu;
+
 inline void cpu_relax() noexcept { asm volatile("yield" ::: "memory"); }
+
+inline constexpr bool has_counter = true;
 
 // The ISB keeps the read from being hoisted above earlier loads, as the kernel's vDSO does.
 inline std::uint64_t read_counter() noexcept {
