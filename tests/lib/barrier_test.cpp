@@ -342,6 +342,27 @@ TEST_CASE("barrier: the event-stream period is the kernel's for every counter fr
 #endif
 }
 
+TEST_CASE("barrier: the timed waits' counter deadline never lies past the budget or 100 us", "[barrier]") {
+  // The arithmetic of the UMWAIT and WFET paths (deadline = now + ticks_for(budget)), which no
+  // machine here can execute (no WAITPKG; qemu 7.2 has no FEAT_WFxT): a model of the path. For a
+  // table of counter rates, the ticks waited, converted back to ns at that rate, must not exceed
+  // min(budget, kMaxTimedWaitNs) and must fall short of it by less than two ticks.
+  using haltpoll::detail::kMaxTimedWaitNs;
+  using haltpoll::detail::ticks_for;
+  for (const std::uint64_t hz : {19'200'000ULL, 24'000'000ULL, 62'500'000ULL, 1'000'000'000ULL, 2'900'000'000ULL}) {
+    const auto q32 = static_cast<std::uint64_t>(static_cast<double>(hz) * 4294967296.0 / 1e9);
+    for (const std::int64_t budget : {std::int64_t{0}, std::int64_t{1}, std::int64_t{999}, std::int64_t{50'000},
+                                      std::int64_t{100'000}, std::int64_t{100'001}, std::int64_t{1'000'000'000}}) {
+      CAPTURE(hz, budget);
+      const std::uint64_t ticks = ticks_for(budget, q32);
+      const double waited_ns = static_cast<double>(ticks) * 1e9 / static_cast<double>(hz);
+      const double cap = static_cast<double>(std::min(budget, kMaxTimedWaitNs));
+      CHECK(waited_ns <= cap + 1e-6);
+      CHECK(waited_ns > cap - 2e9 / static_cast<double>(hz) - 1e-6);
+    }
+  }
+}
+
 TEST_CASE("barrier: a counter frequency that disagrees with CLOCK_MONOTONIC is rejected", "[barrier][clock]") {
   // The check the arm64 clock applies to CNTFRQ_EL0, run on this machine's own counter.
 #if defined(__x86_64__)
