@@ -150,6 +150,10 @@ struct Overshoot {
   int preempted = 0;         // samples with an involuntary context switch
   int host_interrupted = 0;  // samples whose deadline fell in (or was set after) a gap over 20 us
   double quiet_p50 = 0, quiet_p99 = 0;
+  // Return - deadline (the barrier's first clock reading + timeout), quiet samples: what the
+  // per-backend bound in barrier.hpp covers. The part before the deadline is fixed (the first
+  // batch, before the first reading) is not in it.
+  double quiet_past_deadline_p99 = 0;
   double quiet_clock_reads_per_us = 0;
   // The floor for any user-space timed wait here: a bare `while (clock() < deadline) {}` loop,
   // measured in the same run, interleaved with the barrier's samples.
@@ -177,7 +181,7 @@ Overshoot measure_overshoot(std::int64_t timeout_ns, int samples, std::int64_t b
     last_read = now;
     return now;
   };
-  std::vector<double> over, quiet, reference;
+  std::vector<double> over, quiet, quiet_past, reference;
   reference.reserve(static_cast<std::size_t>(samples));
   over.reserve(static_cast<std::size_t>(samples));
   std::int64_t waited = 0, quiet_waited = 0;
@@ -205,6 +209,7 @@ Overshoot measure_overshoot(std::int64_t timeout_ns, int samples, std::int64_t b
       ++host_interrupted;
     } else {
       quiet.push_back(o);
+      quiet_past.push_back(static_cast<double>(t1 - deadline));
       quiet_waited += t1 - t0;
       quiet_reads += reads - r0;
     }
@@ -226,6 +231,7 @@ Overshoot measure_overshoot(std::int64_t timeout_ns, int samples, std::int64_t b
   o.reference_p99 = percentile(reference, 0.99);
   o.quiet_p50 = percentile(quiet, 0.50);
   o.quiet_p99 = percentile(quiet, 0.99);
+  o.quiet_past_deadline_p99 = percentile(quiet_past, 0.99);
   o.quiet_clock_reads_per_us =
       quiet_waited > 0 ? static_cast<double>(quiet_reads) / (static_cast<double>(quiet_waited) / 1000.0) : 0.0;
   return o;
@@ -273,18 +279,34 @@ BackendResult run_backend(BarrierBackend b, bool full, const Stopwatch& sw) {
 
 std::string overshoot_json(const std::vector<Overshoot>& os) {
   std::string s = "{";
-  char buf[512];
+  char buf[768];
   for (std::size_t i = 0; i < os.size(); ++i) {
     std::snprintf(buf, sizeof buf,
                   "%s\"%lld\": {\"p50_ns\": %.0f, \"p99_ns\": %.0f, \"max_ns\": %.0f, \"clock_reads_per_us\": %.3f, "
                   "\"preempted\": %d, \"host_interrupted\": %d, \"quiet_p50_ns\": %.0f, \"quiet_p99_ns\": %.0f, "
-                  "\"quiet_clock_reads_per_us\": %.3f, \"reference_p50_ns\": %.0f, \"reference_p99_ns\": %.0f}",
+                  "\"quiet_clock_reads_per_us\": %.3f, \"reference_p50_ns\": %.0f, \"reference_p99_ns\": %.0f, "
+                  "\"quiet_past_deadline_p99_ns\": %.0f}",
                   i ? ", " : "", static_cast<long long>(os[i].timeout_ns), os[i].p50, os[i].p99, os[i].max,
                   os[i].clock_reads_per_us, os[i].preempted, os[i].host_interrupted, os[i].quiet_p50, os[i].quiet_p99,
-                  os[i].quiet_clock_reads_per_us, os[i].reference_p50, os[i].reference_p99);
+                  os[i].quiet_clock_reads_per_us, os[i].reference_p50, os[i].reference_p99, os[i].quiet_past_deadline_p99);
     s += buf;
   }
   return s + "}";
+}
+
+// The backend's stated overshoot bound (barrier.hpp: its wait granularity plus the clock read that
+// ends the wait) and whether every timeout's quiet p99 past the deadline kept it; null where there
+// is none (sched_yield).
+std::string bound_json(const BackendResult& r, double read_ns) {
+  const std::int64_t granularity = haltpoll::overshoot_bound_ns(r.backend);
+  if (granularity < 0) return "\"overshoot_bound_ns\": null, \"quiet_p99_within_bound\": null";
+  const double bound = static_cast<double>(granularity) + read_ns;
+  bool within = true;
+  for (const Overshoot& o : r.overshoot) within = within && o.quiet_past_deadline_p99 <= bound;
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "\"overshoot_bound_ns\": %.0f, \"quiet_p99_within_bound\": %s", bound,
+                within ? "true" : "false");
+  return buf;
 }
 
 // Steal ticks (time the host ran something else on our vCPUs) on CPUs 0 and 1, and all their ticks:
@@ -387,13 +409,14 @@ int main() {
               main_result.overshoot.back().quiet_clock_reads_per_us);
   std::printf(" \"overshoot_reference_p99_ns\": %.0f,\n", ref_p99);
   std::printf(" \"overshoot_by_timeout_ns\": %s,\n", overshoot_json(main_result.overshoot).c_str());
+  std::printf(" %s,\n", bound_json(main_result, read_ns).c_str());
   std::printf(" \"other_backends\": {");
   for (std::size_t i = 0; i < others.size(); ++i) {
     const BackendResult& r = others[i];
     std::printf("%s\n  \"%s\": {\"raw_spin_p50_ns\": %.1f, \"barrier_p50_ns\": %.1f, \"barrier_p99_ns\": %.1f, "
-                "\"handoff_samples\": %zu, \"overshoot_by_timeout_ns\": %s}",
+                "\"handoff_samples\": %zu, \"overshoot_by_timeout_ns\": %s, %s}",
                 i ? "," : "", haltpoll::to_string(r.backend), r.raw_p50, r.barrier_p50, r.barrier_p99, r.barrier_samples,
-                overshoot_json(r.overshoot).c_str());
+                overshoot_json(r.overshoot).c_str(), bound_json(r, read_ns).c_str());
   }
   std::printf("}}\n");
   return 0;

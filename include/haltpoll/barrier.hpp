@@ -10,8 +10,23 @@
 // call gives up once the remaining time is <= 0 or the clock fails, and then re-loads the word
 // once more (the caller must check the returned value with `cond` itself). timeout_ns == 0 makes
 // one short batch and one clock read; a negative timeout_ns (what (int64_t)UINT64_MAX,
-// (int64_t)-1 or S64_MAX+1 become) makes exactly one load and no clock call. Expect the return to
-// come up to one batch after the deadline (the wait instruction's own granularity).
+// (int64_t)-1 or S64_MAX+1 become) makes exactly one load and no clock call.
+//
+// How late the return can come (overshoot: from the deadline, i.e. the first clock reading plus
+// timeout_ns, until the call returns; not counting preemption or a host that does not run the
+// vCPU; measured from the call, add the first batch, which comes before that reading). The call
+// stops at the first clock reading at or past the deadline, so the overshoot is the last wait plus
+// one clock read:
+//   spin           up to kFixedPollCount (200) relaxes: ~200 / relaxes_per_us() us;
+//   x86_pause      the last batch is cut to the remaining time: two relaxes (rounding) plus the
+//                  relax calibration's error over that batch (allowed: 1/8 of its <= 3.1 us);
+//   x86_waitpkg    the UMWAIT deadline is the remaining time: its wake-up latency (C0.1, < 1 us);
+//   arm64_wfet     the WFET deadline is the remaining time: its wake-up latency;
+//   arm64_wfe      WFE is used only while at least one event-stream period remains (the period the
+//                  kernel derives from CNTFRQ, 66.7-133.3 us; event_stream_period_ns()), so it
+//                  returns before the deadline; the rest is a spin: as `spin`;
+//   generic_yield  one sched_yield(): a time slice of whatever else runs on this CPU.
+// bench_barrier measures each backend's overshoot against these bounds.
 //
 // Memory ordering: the relaxed variant orders nothing; every load is memory_order_relaxed. In the
 // acquire variant every load whose value can be returned is memory_order_acquire, so the caller
@@ -26,6 +41,7 @@
 #include "haltpoll/arch/select.hpp"
 
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -35,7 +51,7 @@ enum class BarrierBackend : std::uint8_t {
   spin,           // cpu_relax() (PAUSE / YIELD / compiler barrier), a fixed 200 per clock read: the kernel default
   x86_pause,      // PAUSE, count per clock read calibrated from the PAUSE cost, sized to the remaining time
   x86_waitpkg,    // UMONITOR + UMWAIT (C0.1) with a TSC deadline
-  arm64_wfe,      // LDXR + WFE, woken by the store or the ~100 us event stream; spins below that
+  arm64_wfe,      // LDXR + WFE, woken by the store or the event stream (66.7-133.3 us); spins below that
   arm64_wfet,     // LDXR + WFET with a CNTVCT deadline
   generic_yield,  // sched_yield() between loads
 };
@@ -52,6 +68,11 @@ bool force_backend(BarrierBackend backend) noexcept;
 std::vector<BarrierBackend> available_backends();
 // Calibrated cost model of the spinning backends: cpu_relax()+load iterations per microsecond.
 std::uint32_t relaxes_per_us() noexcept;
+// The overshoot bound of `backend` stated in the header comment, in ns, beyond the one clock read
+// that ends every wait (the clock is the caller's): from the calibrated relax cost for the spinning
+// ones, a 1 us allowance for the wake-up of UMWAIT and WFET; -1 for generic_yield, which has none.
+// Measured from the deadline (the first clock reading + timeout), not from the call.
+std::int64_t overshoot_bound_ns(BarrierBackend backend) noexcept;
 
 namespace detail {
 
@@ -60,6 +81,8 @@ struct alignas(64) BarrierTuning {
   std::atomic<BarrierBackend> backend{BarrierBackend::spin};
   std::atomic<std::uint32_t> relaxes_per_us{50};  // safe until calibrated: 20 ns per relax
   std::atomic<std::uint64_t> counter_ticks_per_ns_q32{0};
+  // Longest event-stream period (arm64_wfe): WFE only when this much time remains.
+  std::atomic<std::int64_t> event_stream_period_ns{INT64_MAX};
 };
 extern BarrierTuning barrier_tuning;
 
@@ -80,8 +103,20 @@ inline constexpr std::int64_t kSpinBatchNs = 2'500;
 // Longest hardware wait with a deadline (UMWAIT, WFET) before re-reading the clock: bounds the
 // damage of a caller clock that is not in real nanoseconds; the OS caps UMWAIT near this anyway.
 inline constexpr std::int64_t kMaxTimedWaitNs = 100'000;
-// The arm64 event stream period: WFE without WFET is used only when this much time remains.
-inline constexpr std::int64_t kEventStreamPeriodNs = 100'000;
+// The arm64 timer event stream's period for a counter of `hz`, at its longest, as the kernel's
+// arch_timer_configure_evtstream() chooses it: the divider rate / 10 kHz / 2 rounded to the
+// nearest power of two 2^lsb, an event each time counter bit lsb turns 1, i.e. every 2^(lsb+1)
+// ticks (66.7-133.3 us: 131.1 us at 1 GHz, 106.7 us at 19.2 MHz). Without FEAT_ECV the kernel caps
+// lsb at 15, which only shortens the period; the longest is what bounds a WFE. INT64_MAX for hz 0.
+constexpr std::int64_t event_stream_period_ns(std::uint64_t hz) noexcept {
+  if (hz == 0) return INT64_MAX;
+  const std::uint64_t div = hz / 10'000 / 2;
+  int lsb = div == 0 ? 0 : 63 - std::countl_zero(div);
+  if (lsb > 0 && ((div >> (lsb - 1)) & 1) != 0) ++lsb;
+  __extension__ using u128 = unsigned __int128;
+  const u128 ticks = u128{1} << (lsb + 1);
+  return static_cast<std::int64_t>((ticks * 1'000'000'000 + hz - 1) / hz);  // rounded up: a bound
+}
 
 template <std::memory_order Order, class T, class Cond>
 inline bool relax_batch(const std::atomic<T>& word, T& v, Cond& cond, std::uint32_t n) noexcept {
@@ -117,46 +152,35 @@ inline bool wait_batch(BarrierBackend backend, const std::atomic<T>& word, T& v,
       return relax_batch<Order>(word, v, cond,
                                 relaxes_for(budget_ns, barrier_tuning.relaxes_per_us.load(std::memory_order_relaxed)));
     case BarrierBackend::x86_waitpkg:
-#if HALTPOLL_ARCH_X86
-    {
-      auto still_waiting = [&]() noexcept { return !cond(word.load(std::memory_order_relaxed)); };
-      const std::uint64_t ticks =
-          ticks_for(budget_ns, barrier_tuning.counter_ticks_per_ns_q32.load(std::memory_order_relaxed));
-      arch::x86::umonitor_wait(word, still_waiting, arch::x86::read_counter() + ticks);
-      v = word.load(Order);
-      return static_cast<bool>(cond(v));
-    }
-#else
+      if constexpr (arch::native::has_monitor_wait) {
+        auto still_waiting = [&]() noexcept { return !cond(word.load(std::memory_order_relaxed)); };
+        const std::uint64_t ticks =
+            ticks_for(budget_ns, barrier_tuning.counter_ticks_per_ns_q32.load(std::memory_order_relaxed));
+        arch::native::monitor_wait(word, still_waiting, arch::native::read_counter() + ticks);
+        v = word.load(Order);
+        return static_cast<bool>(cond(v));
+      }
       break;
-#endif
     case BarrierBackend::arm64_wfe:
-#if HALTPOLL_ARCH_ARM64
-      if constexpr (arch::arm64::has_cmpwait<T>) {
-        if (budget_ns >= kEventStreamPeriodNs) {
-          arch::arm64::cmpwait(word, v);
+      if constexpr (arch::native::has_cmpwait<T>) {
+        if (budget_ns >= barrier_tuning.event_stream_period_ns.load(std::memory_order_relaxed)) {
+          arch::native::cmpwait(word, v);
           v = word.load(Order);
           return static_cast<bool>(cond(v));
         }
       }
-      return relax_batch<Order>(word, v, cond, kFixedPollCount);
-#else
       break;
-#endif
     case BarrierBackend::arm64_wfet:
-#if HALTPOLL_ARCH_ARM64
-      if constexpr (arch::arm64::has_cmpwait<T>) {
+      if constexpr (arch::native::has_cmpwait<T>) {
         const std::uint64_t ticks =
             ticks_for(budget_ns, barrier_tuning.counter_ticks_per_ns_q32.load(std::memory_order_relaxed));
-        arch::arm64::cmpwait_until(word, v, arch::arm64::read_counter() + ticks);
+        arch::native::cmpwait_until(word, v, arch::native::read_counter() + ticks);
         v = word.load(Order);
         return static_cast<bool>(cond(v));
       }
-      return relax_batch<Order>(word, v, cond, kFixedPollCount);
-#else
       break;
-#endif
     case BarrierBackend::generic_yield:
-      arch::generic::yield_cpu();
+      arch::native::yield_cpu();
       v = word.load(Order);
       return static_cast<bool>(cond(v));
   }

@@ -32,6 +32,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "haltpoll/detail/export.hpp"
+
 #if defined(__SANITIZE_THREAD__)
 #define HALTPOLL_HAZARD_TSAN 1
 #elif defined(__has_feature)
@@ -50,16 +52,24 @@ struct alignas(64) HazardSlot {
   std::atomic<bool> owned{false};
 };
 
+// The three variables below must exist once per process: a guard nested in another must find the
+// outer one's slot (or it publishes a plain pointer instead of the WILDCARD while the outer guard
+// is still live: a use-after-free), and every guard must publish the same WILDCARD. As inline
+// variables they were unique only through default symbol visibility (a library built with
+// -fvisibility=hidden would have had a copy of its own), so each has one definition, in
+// hazard.cpp, exported explicitly. `constinit` here too: the compiler then knows they need no
+// dynamic initialisation, and the thread_local is read without a TLS wrapper call.
+
 // The WILDCARD is the address of a private object: never a pointer anybody retires.
-inline constinit char hazard_wildcard_tag = 0;
+extern HALTPOLL_EXPORT constinit char hazard_wildcard_tag;
 inline constexpr const void* hazard_wildcard = &hazard_wildcard_tag;
 
 // Set only while no guard is being taken and no synchronize runs (see hazard_set_asymmetric_fence).
-inline constinit std::atomic<bool> hazard_asymmetric_mode{false};
+extern HALTPOLL_EXPORT constinit std::atomic<bool> hazard_asymmetric_mode;
 
 // Constant-initialised and trivially destructible so that the fast path is one TLS load with no
 // init guard; the slot's release at thread exit is done by a separate thread_local in hazard.cpp.
-inline thread_local constinit HazardSlot* this_thread_hazard_slot = nullptr;
+extern HALTPOLL_EXPORT thread_local constinit HazardSlot* this_thread_hazard_slot;
 
 HazardSlot* register_this_thread_hazard_slot() noexcept;
 

@@ -64,6 +64,9 @@ class Parker {
   }
   std::uint64_t parks() const noexcept { return counters_.parks.load(std::memory_order_relaxed); }
   std::uint64_t futex_waits() const noexcept { return counters_.futex_waits.load(std::memory_order_relaxed); }
+  // FUTEX_WAITs that failed unexpectedly (EPERM from seccomp, ENOSYS); the owner backs off between
+  // them (50 us doubling to 10 ms), so a notification can then take up to 10 ms to be seen.
+  std::uint64_t futex_errors() const noexcept { return counters_.futex_errors.load(std::memory_order_relaxed); }
 
  private:
   // 32 bytes, not aligned on purpose: the owner decides where the Parker lives (on a cache line of

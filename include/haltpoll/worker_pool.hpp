@@ -17,8 +17,9 @@
 //    any thread at any time without locks; a read is a consistent-enough snapshot (each counter is
 //    exact, counters may be from slightly different instants). reset_stats() keeps a baseline on the
 //    reader side, so the workers never see it.
-//  - Shutdown (and the destructor) must not be called from one of the pool's own tasks, and
-//    thread_cpu_ns() not concurrently with shutdown.
+//  - shutdown() called from one of the pool's own tasks throws std::logic_error (also while another
+//    thread is shutting the pool down); the destructor, which cannot throw, then terminates the
+//    process. thread_cpu_ns() must not run concurrently with shutdown.
 #pragma once
 
 #include <atomic>
@@ -51,6 +52,13 @@ struct PoolOptions {
   // which then only seeds the average. The penalty depends on the machine (≈ 10-60 µs on a KVM
   // guest without host polling, a few µs on bare metal), so measuring beats guessing.
   bool measure_miss_cost = true;
+  // The submit→start histogram stamps one task in this many per submitting thread (1 = every
+  // task), and always the first task after a park, so that the park path (the wake penalty and
+  // the miss cost learnt from it) stays fully measured. Each stamp is two ordered clock reads on
+  // the hand-off's path, as much as a whole cache-line hand-off on a fast host (docs/performance.md);
+  // one in 16 keeps a p50/p99 over any busy second and costs ~6 % of that. Counters stay exact.
+  // Must be >= 1 (std::invalid_argument).
+  std::uint32_t latency_sample_every = 16;
 };
 
 enum class SubmitOutcome : std::uint8_t {
@@ -82,16 +90,30 @@ struct WorkerStats {
   std::uint64_t poll_hits = 0;        // the wake came while polling
   std::uint64_t poll_misses = 0;      // the window ran out: the worker parked (or was notified just then)
   std::uint64_t futex_waits = 0;      // FUTEX_WAIT calls (>= poll_misses: spurious wakes)
+  std::uint64_t futex_errors = 0;     // of those, failed with EPERM, ENOSYS, ... (the worker backs off, see Parker)
   std::uint64_t wakes_without_syscall = 0;  // submitters that found the worker polling
   std::uint64_t poll_ns = 0;          // CPU time spent polling, hits and misses
   std::uint64_t wasted_poll_ns = 0;   // polling that ended in a park
   std::uint64_t idle_ns = 0;          // total length of the idle periods
   std::uint64_t window_ns = 0;        // the window of the worker's latest park (current)
-  std::uint64_t park_wakes = 0;       // wakes on the park path (the waker called FUTEX_WAKE) that brought a task
+  std::uint64_t park_wakes = 0;       // wakes on the park path (the waker called FUTEX_WAKE) that brought a stamped
+                                      // task: all of them but for a park racing the submit's claim
   std::uint64_t park_wake_ns = 0;     // their total wake-up penalty (wake time - submit time)
   std::uint64_t miss_cost_ns = 0;     // the miss cost the governor uses now (current)
-  LatencyHistogram latency;           // submit→start, ns
+  std::uint32_t latency_sample_every = 1;  // PoolOptions::latency_sample_every: `latency` holds a sample
+  LatencyHistogram latency;           // submit→start, ns, of the stamped tasks (latency.count() of tasks_run)
 };
+
+namespace detail {
+// When an idle period that began at start_ns and was seen to end at wake_ns really ended: when the
+// work arrived (submit_ns), kept within the period. An unpinned worker can read start and wake on
+// two CPUs whose counters disagree, so wake_ns may be the earlier; std::clamp would then be
+// undefined, and a negative idle period would wrap to ~2^64 ns in the statistics.
+inline std::int64_t idle_period_end(std::int64_t submit_ns, std::int64_t start_ns, std::int64_t wake_ns) noexcept {
+  const std::int64_t last = wake_ns > start_ns ? wake_ns : start_ns;
+  return submit_ns < start_ns ? start_ns : submit_ns > last ? last : submit_ns;
+}
+}  // namespace detail
 
 class WorkerPool {
  public:

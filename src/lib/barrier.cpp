@@ -40,11 +40,22 @@ Availability probe() noexcept {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   const bool cpu_waitpkg = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1U << 5)) != 0;
   // The kernel exposes umwait_control only when it manages IA32_UMWAIT_CONTROL for user space;
-  // without it we do not know the OS cap on the sleep. The deadline needs the TSC rate as well.
-  a.x86_waitpkg = cpu_waitpkg && access("/sys/devices/system/cpu/umwait_control/max_time", R_OK) == 0 &&
+  // without it we do not know the OS cap on the sleep. The deadline needs the TSC rate as well,
+  // and a TSC the kernel still keeps time with (it leaves the TSC once it finds it unstable; an
+  // operator's HALTPOLL_CLOCK=tsc vouches for it instead).
+  bool tsc_trusted = false;
+  try {
+    const char* clock_env = std::getenv("HALTPOLL_CLOCK");
+    tsc_trusted = detail::kernel_clocksource_is_tsc() || (clock_env != nullptr && std::strcmp(clock_env, "tsc") == 0);
+  } catch (...) {
+  }
+  a.x86_waitpkg = cpu_waitpkg && tsc_trusted &&
+                  access("/sys/devices/system/cpu/umwait_control/max_time", R_OK) == 0 &&
                   detail::counter_ticks_per_ns_q32() != 0;
 #elif HALTPOLL_ARCH_ARM64
-  a.arm64_wfe = (getauxval(AT_HWCAP) & kHwcapEvtstrm) != 0;
+  // WFE's bound comes from the event-stream period, which the kernel derives from the counter
+  // frequency: only with a CNTFRQ that passed the clock's cross-check.
+  a.arm64_wfe = (getauxval(AT_HWCAP) & kHwcapEvtstrm) != 0 && detail::counter_ticks_per_ns_q32() != 0;
   a.arm64_wfet = (getauxval(AT_HWCAP2) & kHwcap2Wfxt) != 0 && detail::counter_ticks_per_ns_q32() != 0;
 #endif
   return a;
@@ -120,6 +131,13 @@ const StartUp& start_up() noexcept {
       detail::barrier_tuning.counter_ticks_per_ns_q32.store(detail::counter_ticks_per_ns_q32(),
                                                             std::memory_order_relaxed);
     }
+#if HALTPOLL_ARCH_ARM64
+    // Also without HWCAP_EVTSTRM: force_backend_unchecked(arm64_wfe) then behaves as it would.
+    if (detail::counter_ticks_per_ns_q32() != 0) {
+      detail::barrier_tuning.event_stream_period_ns.store(
+          detail::event_stream_period_ns(arch::arm64::counter_frequency()), std::memory_order_relaxed);
+    }
+#endif
     detail::barrier_tuning.backend.store(st.chosen, std::memory_order_relaxed);
     return st;
   }();
@@ -169,6 +187,25 @@ std::vector<BarrierBackend> available_backends() {
 std::uint32_t relaxes_per_us() noexcept {
   start_up();
   return detail::barrier_tuning.relaxes_per_us.load(std::memory_order_relaxed);
+}
+
+std::int64_t overshoot_bound_ns(BarrierBackend backend) noexcept {
+  const std::int64_t per_us = relaxes_per_us();
+  switch (backend) {
+    case BarrierBackend::spin:
+    case BarrierBackend::arm64_wfe:
+      return (std::int64_t{detail::kFixedPollCount} * 1000 + per_us - 1) / per_us;
+    case BarrierBackend::x86_pause:
+      // Two relaxes of rounding, plus 1/8 of the longest last batch for the calibration's error
+      // (the fastest of seven runs: a real PAUSE is often a little slower).
+      return (2 * 1000 + per_us - 1) / per_us + (detail::kSpinBatchNs + detail::kSpinBatchNs / 4) / 8;
+    case BarrierBackend::x86_waitpkg:
+    case BarrierBackend::arm64_wfet:
+      return 1000;
+    case BarrierBackend::generic_yield:
+      break;
+  }
+  return -1;
 }
 
 namespace detail {

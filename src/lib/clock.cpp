@@ -23,6 +23,54 @@ std::int64_t clock_gettime_ns() noexcept {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+struct Sample {
+  std::uint64_t ticks;
+  std::int64_t ns;
+};
+
+// The counter value taken halfway through the clock_gettime call with the tightest bracket of
+// five, so a preemption in the middle of one attempt does not skew the pair.
+template <class Read>
+Sample paired_sample(Read read) noexcept {
+  Sample best{0, 0};
+  std::uint64_t best_width = ~std::uint64_t{0};
+  for (int i = 0; i < 5; ++i) {
+    const std::uint64_t t0 = read();
+    const std::int64_t ns = clock_gettime_ns();
+    const std::uint64_t t1 = read();
+    if (t1 - t0 < best_width) {
+      best_width = t1 - t0;
+      best = Sample{t0 + (t1 - t0) / 2, ns};
+    }
+  }
+  return best;
+}
+
+template <class Read>
+Sample sample_after(Read read, const Sample& from, std::int64_t ns) noexcept {
+  while (clock_gettime_ns() - from.ns < ns) {
+  }
+  return paired_sample(read);
+}
+
+// Three samples 2.5 ms apart: the counter's rate in ticks/ns over each half and over the whole.
+struct RateSamples {
+  Sample a, b, c;
+  double r1, r2, rate;
+};
+
+template <class Read>
+RateSamples measure_rate(Read read) noexcept {
+  RateSamples m;
+  m.a = paired_sample(read);
+  m.b = sample_after(read, m.a, 2'500'000);
+  m.c = sample_after(read, m.b, 2'500'000);
+  m.r1 = static_cast<double>(m.b.ticks - m.a.ticks) / static_cast<double>(m.b.ns - m.a.ns);
+  m.r2 = static_cast<double>(m.c.ticks - m.b.ticks) / static_cast<double>(m.c.ns - m.b.ns);
+  m.rate = static_cast<double>(m.c.ticks - m.a.ticks) / static_cast<double>(m.c.ns - m.a.ns);
+  return m;
+}
+
 // ns = base_ns + (ticks - base_ticks) * ns_per_tick_q32 >> 32
 struct CounterScale {
   bool usable = false;
@@ -54,49 +102,17 @@ bool kernel_rules_out_tsc() {
   return true;
 }
 
-struct Sample {
-  std::uint64_t ticks;
-  std::int64_t ns;
-};
-
-// The TSC value taken halfway through the clock_gettime call with the tightest bracket of five,
-// so a preemption in the middle of one attempt does not skew the pair.
-Sample paired_sample() noexcept {
-  Sample best{0, 0};
-  std::uint64_t best_width = ~std::uint64_t{0};
-  for (int i = 0; i < 5; ++i) {
-    const std::uint64_t t0 = arch::x86::read_counter();
-    const std::int64_t ns = clock_gettime_ns();
-    const std::uint64_t t1 = arch::x86::read_counter();
-    if (t1 - t0 < best_width) {
-      best_width = t1 - t0;
-      best = Sample{t0 + (t1 - t0) / 2, ns};
-    }
-  }
-  return best;
-}
-
-Sample sample_after(const Sample& from, std::int64_t ns) noexcept {
-  while (clock_gettime_ns() - from.ns < ns) {
-  }
-  return paired_sample();
-}
-
 // Two back-to-back 2.5 ms windows; the TSC is trusted only when both give the same rate within
 // 0.1% and the rate is plausible. 0.1% of 2.5 ms is 2.5 us, far above the bracketing error.
 CounterScale calibrate_tsc() noexcept {
   CounterScale s;
-  const Sample a = paired_sample();
-  const Sample b = sample_after(a, 2'500'000);
-  const Sample c = sample_after(b, 2'500'000);
-  const double r1 = static_cast<double>(b.ticks - a.ticks) / static_cast<double>(b.ns - a.ns);
-  const double r2 = static_cast<double>(c.ticks - b.ticks) / static_cast<double>(c.ns - b.ns);
-  const double rate = static_cast<double>(c.ticks - a.ticks) / static_cast<double>(c.ns - a.ns);
+  const RateSamples m = measure_rate([]() noexcept { return arch::x86::read_counter(); });
+  const double rate = m.rate;
   if (!(rate > 0.1 && rate < 20.0)) return s;  // 100 MHz .. 20 GHz
-  if (r1 / r2 > 1.001 || r2 / r1 > 1.001) return s;
+  if (m.r1 / m.r2 > 1.001 || m.r2 / m.r1 > 1.001) return s;
   s.usable = true;
-  s.base_ticks = c.ticks;
-  s.base_ns = c.ns;
+  s.base_ticks = m.c.ticks;
+  s.base_ns = m.c.ns;
   s.ns_per_tick_q32 = static_cast<std::uint64_t>(4294967296.0 / rate);
   s.ticks_per_ns_q32 = static_cast<std::uint64_t>(4294967296.0 * rate);
   return s;
@@ -104,10 +120,13 @@ CounterScale calibrate_tsc() noexcept {
 
 #elif HALTPOLL_ARCH_ARM64
 
+// CNTFRQ_EL0 is whatever the firmware wrote there; a wrong value would scale every window,
+// timeout and deadline. So it is trusted only when the counter, measured against
+// CLOCK_MONOTONIC as the TSC is, runs at that rate; otherwise the OS clock is used.
 CounterScale arm64_scale() noexcept {
   CounterScale s;
   const std::uint64_t freq = arch::arm64::counter_frequency();
-  if (freq == 0) return s;
+  if (freq == 0 || !detail::counter_frequency_agrees(freq, [] { return arch::arm64::read_counter(); })) return s;
   s.usable = true;
   s.base_ticks = arch::arm64::read_counter();
   s.base_ns = clock_gettime_ns();
@@ -205,6 +224,19 @@ const char* clock_source_name() noexcept {
 }
 
 namespace detail {
+bool counter_frequency_agrees(std::uint64_t stated_hz, std::uint64_t (*read)()) noexcept {
+  if (stated_hz == 0) return false;
+  const RateSamples m = measure_rate(read);
+  const double ratio = m.rate * 1e9 / static_cast<double>(stated_hz);
+  return ratio > 1.0 - kCounterFrequencyTolerance && ratio < 1.0 + kCounterFrequencyTolerance;
+}
+
+bool kernel_clocksource_is_tsc(const char* sysfs_root) {
+  std::ifstream in(std::string(sysfs_root) + "/devices/system/clocksource/clocksource0/current_clocksource");
+  std::string name;
+  return in && (in >> name) && name == "tsc";
+}
+
 std::uint64_t counter_ticks_per_ns_q32() noexcept {
   const CounterScale& s = counter_scale();
   return s.usable ? s.ticks_per_ns_q32 : 0;

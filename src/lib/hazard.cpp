@@ -16,6 +16,12 @@
 
 namespace haltpoll {
 namespace detail {
+
+// The one definition of each (see hazard.hpp).
+constinit char hazard_wildcard_tag = 0;
+constinit std::atomic<bool> hazard_asymmetric_mode{false};
+thread_local constinit HazardSlot* this_thread_hazard_slot = nullptr;
+
 namespace {
 
 constexpr std::size_t slots_per_block = 64;

@@ -4,14 +4,14 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <ctime>
 #include <latch>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
+#include "haltpoll/affinity.hpp"
 #include "haltpoll/clock.hpp"
 #include "haltpoll/detail/parking_queue.hpp"
 #include "haltpoll/snapshot.hpp"
@@ -38,27 +38,11 @@ struct TaskNode {
 
 enum StopState : std::uint32_t { running = 0, stop_drain = 1, stop_cancel = 2 };
 
-std::vector<int> affinity_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
-    throw std::runtime_error(std::string("sched_getaffinity: ") + std::strerror(errno));
-  }
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return cpus;
-}
-
 // Empty string on success.
 std::string pin_self_to(int cpu) {
   if (cpu < 0 || cpu >= CPU_SETSIZE) return "cpu number out of range";
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  if (sched_setaffinity(0, sizeof(set), &set) != 0) return std::strerror(errno);
-  return {};
+  const std::error_code ec = pin_this_thread(cpu);
+  return ec ? ec.message() : std::string{};
 }
 
 }  // namespace
@@ -70,6 +54,7 @@ using TaskQueue = detail::ParkingMpscQueue<TaskNode>;
 
 struct WorkerPool::Worker {
   int cpu = -1;
+  std::uint32_t latency_sample_every = 1;  // a copy of the option, for raw_stats()
   alignas(64) TaskQueue queue;
   alignas(64) std::atomic<std::uint32_t> inflight_submits{0};
   alignas(64) std::atomic<std::uint32_t> stop{running};
@@ -85,9 +70,11 @@ struct WorkerPool::Worker {
       park_wake_ns{0}, miss_cost_ns{0};
   LatencyHistogram latency;
 
-  // Set before the start latch opens, constant afterwards.
+  // Set before the start latch opens, constant afterwards. `id` is what shutdown() compares the
+  // caller with: reading `thread` itself would race with another thread's join().
   std::string pin_error;
   pthread_t handle{};
+  std::thread::id id;
   std::thread thread;
 
   // Reader side: the values at the last reset_stats(), guarded by Shared::reset_mutex for writers.
@@ -122,6 +109,7 @@ struct WorkerPool::Worker {
     s.poll_hits = poll_hits.load(relaxed);
     s.poll_misses = poll_misses.load(relaxed);
     s.futex_waits = park_counters.futex_waits.load(relaxed);
+    s.futex_errors = park_counters.futex_errors.load(relaxed);
     s.wakes_without_syscall = park_counters.wakes_without_syscall.load(relaxed);
     s.poll_ns = poll_ns.load(relaxed);
     s.wasted_poll_ns = wasted_poll_ns.load(relaxed);
@@ -130,6 +118,7 @@ struct WorkerPool::Worker {
     s.park_wakes = park_wakes.load(relaxed);
     s.park_wake_ns = park_wake_ns.load(relaxed);
     s.miss_cost_ns = miss_cost_ns.load(relaxed);
+    s.latency_sample_every = latency_sample_every;
     s.latency = latency;
     return s;
   }
@@ -156,6 +145,10 @@ struct WorkerPool::Shared {
   std::atomic<std::uint64_t> round_robin{0};
   std::mutex shutdown_mutex;
   bool shut_down = false;
+  // Opened once every worker has tried to pin itself. Here, not on the constructor's stack: the
+  // last count_down() may still be inside its futex wake when the constructor's wait() returns,
+  // and the latch must outlive that call.
+  std::optional<std::latch> started;
   mutable std::mutex reset_mutex;
 
   Worker* find(int cpu) const noexcept {
@@ -165,7 +158,7 @@ struct WorkerPool::Shared {
     return nullptr;
   }
 
-  void run_worker(Worker& w, std::latch& started);
+  void run_worker(Worker& w);
   // Runs a FIFO list of tasks and frees their nodes (the slot is emptied and released, the wake
   // node skipped); the first one starts at first_start_ns. Returns false if the worker must stop
   // (cancel): the rest of the list has then been destroyed unrun.
@@ -184,7 +177,9 @@ bool WorkerPool::Shared::run_tasks(Worker& w, TaskNode* list, std::int64_t first
       bump(w.tasks_cancelled);
       continue;
     }
-    if (start == 0) start = monotonic_ns();
+    // Only a stamped task (see PoolOptions::latency_sample_every) costs a clock read here.
+    const bool stamped = node->submit_ns != 0;
+    if (stamped && start == 0) start = monotonic_ns();
     const std::uint64_t latency = start > node->submit_ns ? static_cast<std::uint64_t>(start - node->submit_ns) : 0;
     try {
       node->task();
@@ -192,7 +187,7 @@ bool WorkerPool::Shared::run_tasks(Worker& w, TaskNode* list, std::int64_t first
       bump(w.task_exceptions);
     }
     // Recorded after the task, so that what the task hands on (a reply, the next hop) leaves first.
-    w.latency.record(latency);
+    if (stamped) w.latency.record(latency);
     bump(w.tasks_run);
     w.dispose(node);
     start = 0;
@@ -200,16 +195,17 @@ bool WorkerPool::Shared::run_tasks(Worker& w, TaskNode* list, std::int64_t first
   return w.stop.load(std::memory_order_acquire) != stop_cancel;
 }
 
-void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
+void WorkerPool::Shared::run_worker(Worker& w) {
   w.pin_error = pin_self_to(w.cpu);
   w.handle = pthread_self();
+  w.id = std::this_thread::get_id();
   std::uint64_t cap = 0;
   std::uint64_t tuning_version = ~std::uint64_t{0};
   std::uint64_t policy_generation = 0;
   double miss_cost_avg = static_cast<double>(options.params.miss_cost_ns);
   std::uint64_t miss_cost_set = options.params.miss_cost_ns;
   w.miss_cost_ns.store(miss_cost_set, relaxed);
-  started.count_down();
+  started->count_down();
 
   for (;;) {
     if (TaskNode* list = w.queue.take_all()) {
@@ -249,7 +245,10 @@ void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
     w.window_ns.store(window, relaxed);
 
     ParkInfo info;
-    TaskNode* const list = w.queue.wait_take_all(static_cast<std::int64_t>(window), info, w.park_counters);
+    // No clock read after a poll hit: an unstamped task does not need one, a stamped one takes its
+    // own start stamp in run_tasks.
+    TaskNode* const list =
+        w.queue.wait_take_all(static_cast<std::int64_t>(window), info, w.park_counters, /*stamp_hits=*/false);
     if (info.already_notified) {  // no idle period: a submit raced with the empty check
       if (!run_tasks(w, list, 0)) break;
       continue;
@@ -258,14 +257,17 @@ void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
     // The idle period ends when the work arrived (the first task's submit time), not when this
     // worker noticed: on the park path the difference is the wake-up penalty, which is the
     // governor's miss cost and must not be counted twice. (Without a task, e.g. at shutdown, the
-    // wake itself is the end.) Read here: running the tasks frees their nodes.
+    // wake itself is the end; so it is for an unstamped task, whose poll-hit wake time is the
+    // poll's last clock reading, at most a barrier batch early.) Read here: running the tasks
+    // frees their nodes.
     const bool brought_task = list != &w.wake_node;
-    const std::int64_t arrival =
-        brought_task ? std::clamp(list->submit_ns, info.start_ns, info.wake_ns) : info.wake_ns;
+    const bool first_stamped = brought_task && list->submit_ns != 0;
+    const std::int64_t arrival = first_stamped ? detail::idle_period_end(list->submit_ns, info.start_ns, info.wake_ns)
+                                               : std::max(info.wake_ns, info.start_ns);
 
-    // Run what woke us right away, reusing the wake timestamp as the first task's start; the
-    // bookkeeping below waits until they are done (it is not on the hand-off's path).
-    if (!run_tasks(w, list, info.wake_ns)) break;
+    // Run what woke us right away, reusing the wake timestamp (when there is one) as the first
+    // task's start; the bookkeeping below waits until they are done (it is not on the hand-off's path).
+    if (!run_tasks(w, list, info.wake_stamped ? info.wake_ns : 0)) break;
 
     const auto idle = static_cast<std::uint64_t>(arrival - info.start_ns);
     const auto poll = static_cast<std::uint64_t>(std::max<std::int64_t>(info.poll_ns, 0));
@@ -281,8 +283,8 @@ void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
       bump(w.poll_misses);
       bump(w.wasted_poll_ns, poll);
       governor.record(std::max(idle, window + 1), window);
-      if (brought_task && info.parked) {
-        const auto penalty = static_cast<std::uint64_t>(info.wake_ns - arrival);
+      if (first_stamped && info.parked) {
+        const auto penalty = static_cast<std::uint64_t>(std::max<std::int64_t>(info.wake_ns - arrival, 0));
         bump(w.park_wakes);
         bump(w.park_wake_ns, penalty);
         if (options.measure_miss_cost) {
@@ -301,18 +303,29 @@ void WorkerPool::Shared::run_worker(Worker& w, std::latch& started) {
 }
 
 SubmitOutcome WorkerPool::Shared::submit_to(Worker& w, Task&& task) {
-  // Announce the submit before checking `accepting`; shutdown() clears `accepting` and then waits
-  // for the count to drop to zero. seq_cst on both sides makes this a Dekker pair: either this
-  // load sees false, or shutdown sees the increment and waits for this push (and its wake).
+  // Once shutdown has begun, a submit must not touch the count at all: a submitter retrying in a
+  // loop would otherwise keep it above zero and starve shutdown's wait for it.
+  if (!accepting.load(std::memory_order_relaxed)) return SubmitOutcome::rejected;
+  // Announce the submit before checking `accepting` again; shutdown() clears `accepting` and then
+  // waits for the count to drop to zero. seq_cst on both sides makes this a Dekker pair: either
+  // this load sees false, or shutdown sees the increment and waits for this push (and its wake).
   w.inflight_submits.fetch_add(1, std::memory_order_seq_cst);
   if (!accepting.load(std::memory_order_seq_cst)) {
     w.inflight_submits.fetch_sub(1, std::memory_order_release);
     return SubmitOutcome::rejected;
   }
-  // The stamp before the claim: between the claim and the push the worker's poll may pull the
-  // line away, so that window must be a few stores, not a clock read.
-  const std::int64_t submit_ns = monotonic_ns();
-  TaskNode* node = w.queue.try_claim_slot();
+  // Whether to stamp this task for the latency histogram: a count per submitting thread, so no
+  // line is shared for it. The stamp comes before the claim: between the claim and the push the
+  // worker's poll may pull the line away, so that window must be a few stores, not a clock read.
+  thread_local std::uint32_t until_sample = 1;
+  const bool sample = --until_sample == 0;
+  if (sample) until_sample = options.latency_sample_every;
+  std::int64_t submit_ns = sample ? monotonic_ns() : 0;
+  bool parked = false;
+  TaskNode* node = w.queue.try_claim_slot(&parked);
+  // The first task after a park is always stamped (the park path stays fully measured); the
+  // worker sleeps, so this clock read after the claim delays nobody.
+  if (!sample && parked) submit_ns = monotonic_ns();
   if (node != nullptr) {
     node->submit_ns = submit_ns;
     node->task = std::move(task);  // noexcept
@@ -348,6 +361,9 @@ PoolOptions validated(PoolOptions options) {
       throw std::invalid_argument("WorkerPool: a CPU is listed twice");
     }
   }
+  if (options.latency_sample_every == 0) {
+    throw std::invalid_argument("WorkerPool: latency_sample_every must be at least 1 (1 stamps every task)");
+  }
   WindowGovernor check(options.policy, options.params);  // throws std::invalid_argument
   return options;
 }
@@ -359,16 +375,17 @@ WorkerPool::WorkerPool(PoolOptions options) : shared_(std::make_unique<Shared>(v
   for (int cpu : s.options.cpus) {
     auto w = std::make_unique<Worker>();
     w->cpu = cpu;
+    w->latency_sample_every = s.options.latency_sample_every;
     // Built here so that a bad spec throws from the constructor; the thread start hands it over.
     w->governor = std::make_unique<WindowGovernor>(s.options.policy, s.options.params);
     s.workers.push_back(std::move(w));
   }
-  std::latch started(static_cast<std::ptrdiff_t>(s.workers.size()));
+  std::latch& started = s.started.emplace(static_cast<std::ptrdiff_t>(s.workers.size()));
   std::size_t launched = 0;
   try {
     for (auto& w : s.workers) {
       Worker& ref = *w;
-      ref.thread = std::thread([&s, &ref, &started] { s.run_worker(ref, started); });
+      ref.thread = std::thread([&s, &ref] { s.run_worker(ref); });
       ++launched;
     }
   } catch (...) {
@@ -432,6 +449,7 @@ WorkerStats WorkerPool::stats(int cpu) const {
   s.poll_hits = sat_sub(s.poll_hits, b.poll_hits);
   s.poll_misses = sat_sub(s.poll_misses, b.poll_misses);
   s.futex_waits = sat_sub(s.futex_waits, b.futex_waits);
+  s.futex_errors = sat_sub(s.futex_errors, b.futex_errors);
   s.wakes_without_syscall = sat_sub(s.wakes_without_syscall, b.wakes_without_syscall);
   s.poll_ns = sat_sub(s.poll_ns, b.poll_ns);
   s.wasted_poll_ns = sat_sub(s.wasted_poll_ns, b.wasted_poll_ns);
@@ -482,12 +500,14 @@ PolicyParams WorkerPool::policy_params() const { return shared_->tuning.read()->
 
 void WorkerPool::shutdown(ShutdownMode mode) {
   Shared& s = *shared_;
-  std::lock_guard lock(s.shutdown_mutex);
-  if (s.shut_down) return;
+  // Before the mutex: while another thread holds it, it is joining this very worker, so a task
+  // that waited for it would never return (a deadlock instead of an error).
   const auto self = std::this_thread::get_id();
   for (const auto& w : s.workers) {
-    if (w->thread.get_id() == self) throw std::logic_error("WorkerPool::shutdown called from one of its own tasks");
+    if (w->id == self) throw std::logic_error("WorkerPool::shutdown called from one of its own tasks");
   }
+  std::lock_guard lock(s.shutdown_mutex);
+  if (s.shut_down) return;
   s.accepting.store(false, std::memory_order_seq_cst);
   for (auto& w : s.workers) {
     // Submitters that got past the `accepting` check finish their push (and its wake); after this

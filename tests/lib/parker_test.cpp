@@ -3,7 +3,19 @@
 // each producer waits for its acknowledgement before it produces again).
 #include <catch2/catch.hpp>
 
+#include <linux/filter.h>
+#include <linux/futex.h>
+#include <linux/seccomp.h>
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+
 #include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstring>
 #include <chrono>
 #include <cstdint>
 #include <random>
@@ -91,6 +103,89 @@ TEST_CASE("parker: a short window times out into the futex", "[parker]") {
   owner.join();
   CHECK_FALSE(info.poll_hit);
   CHECK(info.poll_ns >= 20000);  // a timeout waits at least its timeout
+}
+
+TEST_CASE("parker: a signal (EINTR) while parked re-waits and is not an error", "[parker]") {
+  // No SA_RESTART: the kernel ends the FUTEX_WAIT with EINTR rather than restarting it.
+  struct sigaction sa{}, old{};
+  sa.sa_handler = [](int) {};
+  sigemptyset(&sa.sa_mask);
+  REQUIRE(sigaction(SIGUSR1, &sa, &old) == 0);
+  Parker p;
+  ParkInfo info;
+  std::atomic<bool> returned{false};
+  std::thread owner([&] {
+    p.park(0, &info);
+    returned.store(true);
+  });
+  for (int i = 0; i < 20; ++i) {
+    REQUIRE(eventually([&] { return p.is_parked(); }));
+    std::this_thread::sleep_for(1ms);  // let it reach the kernel
+    REQUIRE(pthread_kill(owner.native_handle(), SIGUSR1) == 0);
+  }
+  std::this_thread::sleep_for(5ms);
+  CHECK_FALSE(returned.load());  // a signal is not a notification
+  CHECK(p.unpark() == WakePath::futex);
+  owner.join();
+  sigaction(SIGUSR1, &old, nullptr);
+  CHECK(info.futex_waits > 1);  // some of the signals did interrupt a wait, which was redone
+  CHECK(info.futex_errors == 0);
+  CHECK(p.futex_errors() == 0);
+}
+
+TEST_CASE("parker: a FUTEX_WAIT that keeps failing (seccomp EPERM) is counted and backed off", "[parker]") {
+  Parker p;
+  ParkInfo info;
+  std::atomic<int> filter{0};  // 1 installed, -1 refused (errno in filter_errno)
+  std::atomic<int> filter_errno{0};
+  std::thread owner([&] {
+    // The filter applies to this thread only: FUTEX_WAIT_PRIVATE fails with EPERM, nothing else.
+    sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_futex, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args) + 8),  // op, low half (little-endian)
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FUTEX_WAIT_PRIVATE, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof code / sizeof code[0]), code};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+      filter_errno.store(errno);
+      filter.store(-1);
+      return;
+    }
+    filter.store(1);
+    p.park(0, &info);
+  });
+  REQUIRE(eventually([&] { return filter.load() != 0; }));
+  if (filter.load() < 0) {
+    owner.join();
+    // qemu-user refuses seccomp filters (they would apply to the emulator's own system calls).
+    WARN("seccomp filter refused here: " << std::strerror(filter_errno.load()) << "; test skipped");
+    return;
+  }
+  REQUIRE(eventually([&] { return p.futex_errors() > 0; }));
+  clockid_t cpu_clock;
+  REQUIRE(pthread_getcpuclockid(owner.native_handle(), &cpu_clock) == 0);
+  auto cpu_ns = [&] {
+    timespec ts{};
+    clock_gettime(cpu_clock, &ts);
+    return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+  };
+  const std::int64_t cpu0 = cpu_ns();
+  const auto wall0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(200ms);
+  const std::int64_t cpu_used = cpu_ns() - cpu0;
+  const auto wall = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wall0).count();
+  // A spin would use the whole interval; backing off up to 10 ms uses a few per cent at most.
+  CHECK(cpu_used < wall / 4);
+  CHECK(p.unpark() == WakePath::futex);  // the wake itself is allowed
+  owner.join();
+  CHECK(info.futex_errors > 0);
+  CHECK(info.futex_errors == p.futex_errors());
+  const auto counts = haltpoll::detail::futex_error_counts();
+  CHECK(counts.wait_errors >= info.futex_errors);
+  CHECK(counts.last_errno == EPERM);
 }
 
 TEST_CASE("parker: what the notifier wrote before unpark is visible after park", "[parker]") {

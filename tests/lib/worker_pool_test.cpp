@@ -1,7 +1,14 @@
 #include <catch2/catch.hpp>
 
 #include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -10,9 +17,11 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include "haltpoll/affinity.hpp"
 #include "haltpoll/unique_function.hpp"
 #include "haltpoll/worker_pool.hpp"
 
@@ -37,18 +46,36 @@ bool eventually(Pred pred) {
   return true;
 }
 
-std::vector<int> my_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+std::vector<int> my_cpus() { return haltpoll::affinity_cpus(); }
+
+// n empty tasks, each submitted once the worker is parked again (a window-0 pool): every one
+// goes through the futex.
+void submit_each_to_a_parked_worker(WorkerPool& pool, int cpu, int n) {
+  for (int i = 0; i < n; ++i) {
+    REQUIRE(eventually([&] { return pool.stats(cpu).state == haltpoll::WorkerState::parked; }));
+    CHECK(pool.submit(cpu, [] {}) == SubmitOutcome::woke_parked);
+    REQUIRE(eventually([&] { return pool.stats(cpu).tasks_run == static_cast<std::uint64_t>(i + 1); }));
   }
-  return cpus;
 }
 
 }  // namespace
+
+TEST_CASE("affinity: the mask's CPUs, and pinning the calling thread to one", "[pool][affinity]") {
+  const std::vector<int> cpus = haltpoll::affinity_cpus();
+  REQUIRE_FALSE(cpus.empty());
+  CHECK(std::is_sorted(cpus.begin(), cpus.end()));
+  std::error_code ec = std::make_error_code(std::errc::io_error);
+  int ran_on = -1;
+  std::thread t([&] {
+    ec = haltpoll::pin_this_thread(cpus.back());
+    ran_on = sched_getcpu();
+  });
+  t.join();
+  CHECK_FALSE(ec);
+  CHECK(ran_on == cpus.back());
+  CHECK(haltpoll::pin_this_thread(-1) == std::errc::invalid_argument);
+  CHECK(haltpoll::pin_this_thread(CPU_SETSIZE) == std::errc::invalid_argument);
+}
 
 TEST_CASE("unique function: inline, heap, move-only, empty", "[pool][unique_function]") {
   UniqueFunction<int(int)> empty;
@@ -93,8 +120,23 @@ TEST_CASE("unique function: inline, heap, move-only, empty", "[pool][unique_func
   CHECK(*counter == 1);
 }
 
+TEST_CASE("pool: the idle period's end stays within it, even when the counters go backwards", "[pool]") {
+  using haltpoll::detail::idle_period_end;
+  CHECK(idle_period_end(150, 100, 200) == 150);
+  CHECK(idle_period_end(50, 100, 200) == 100);   // submitted before the park began
+  CHECK(idle_period_end(250, 100, 200) == 200);  // stamped on a CPU whose counter runs ahead
+  // Start and wake read on two CPUs with skewed counters: wake < start. Every result must still
+  // give an idle length >= 0 (std::clamp(submit, start, wake) was undefined here and returned 50).
+  for (const std::int64_t submit : {0, 50, 75, 100, 200}) {
+    const std::int64_t end = idle_period_end(submit, 100, 50);
+    CHECK(end == 100);
+  }
+}
+
 TEST_CASE("pool: one worker per CPU of the affinity mask, tasks run on their CPU", "[pool]") {
-  WorkerPool pool;
+  PoolOptions every;
+  every.latency_sample_every = 1;
+  WorkerPool pool(every);
   CHECK(pool.cpus() == my_cpus());
   CHECK(pool.pin_failures().empty());
   std::vector<std::atomic<int>> ran_on(pool.cpus().size());
@@ -251,6 +293,128 @@ TEST_CASE("pool: shutdown(drain) runs every accepted task, then rejects", "[pool
   pool.shutdown(ShutdownMode::cancel);  // idempotent
 }
 
+TEST_CASE("pool: shutdown from a task throws, even while another thread is shutting down", "[pool]") {
+  PoolOptions o;
+  o.cpus = {my_cpus().front()};
+  const int cpu = o.cpus[0];
+  WorkerPool pool(o);
+
+  std::atomic<int> alone{0};  // 1: threw logic_error, 2: returned or threw something else
+  pool.submit(cpu, [&] {
+    try {
+      pool.shutdown(ShutdownMode::drain);
+      alone.store(2);
+    } catch (const std::logic_error&) {
+      alone.store(1);
+    }
+  });
+  REQUIRE(eventually([&] { return alone.load() != 0; }));
+  CHECK(alone.load() == 1);
+
+  // The task waits until another thread's shutdown has begun (its own submit is rejected): that
+  // thread now holds the pool's shutdown lock and is joining this worker.
+  std::atomic<int> concurrent{0};
+  pool.submit(cpu, [&] {
+    while (pool.submit(cpu, [] {}) != SubmitOutcome::rejected) std::this_thread::yield();
+    try {
+      pool.shutdown(ShutdownMode::drain);
+      concurrent.store(2);
+    } catch (const std::logic_error&) {
+      concurrent.store(1);
+    }
+  });
+  std::atomic<bool> joined{false};
+  std::thread closer([&] {
+    pool.shutdown(ShutdownMode::drain);
+    joined.store(true);
+  });
+  if (!eventually([&] { return joined.load(); })) {
+    // A deadlock cannot be unwound (the worker and `closer` wait for each other): report and leave.
+    FAIL_CHECK("shutdown from a task deadlocked with a concurrent shutdown");
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+  closer.join();
+  CHECK(concurrent.load() == 1);
+}
+
+#if !defined(__SANITIZE_THREAD__)
+TEST_CASE("pool: destroying the pool from one of its tasks terminates instead of hanging", "[pool]") {
+  // In a child process: the destructor cannot throw, so the logic_error ends it with SIGABRT.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::signal(SIGABRT, SIG_DFL);  // not Catch2's handler: it would report for the child
+    alarm(20);                      // a hang ends as SIGALRM, which the parent reports as a failure
+    PoolOptions o;
+    o.cpus = {my_cpus().front()};
+    auto* pool = new WorkerPool(o);
+    pool->submit(o.cpus[0], [pool] { delete pool; });
+    pause();
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
+}
+#endif
+
+TEST_CASE("pool: external submitters that retry on rejection race shutdown", "[pool]") {
+  // Submitters keep going after their submits start being rejected, as a retrying client would;
+  // shutdown must still return, run every accepted task (drain) and none of the rejected ones.
+  for (const ShutdownMode mode : {ShutdownMode::drain, ShutdownMode::cancel}) {
+    PoolOptions o;
+    o.policy = "static:2000";
+    WorkerPool pool(o);
+    const std::vector<int> cpus = pool.cpus();
+    std::atomic<std::uint64_t> accepted{0}, ran{0}, rejected_after_shutdown{0}, accepted_after_shutdown{0};
+    std::atomic<bool> shut{false}, stop{false};
+    std::vector<std::thread> submitters;
+    for (int t = 0; t < 3; ++t) {
+      submitters.emplace_back([&, t] {
+        for (std::uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+          const bool after = shut.load(std::memory_order_acquire);
+          const auto outcome = pool.submit(cpus[(i + static_cast<unsigned>(t)) % cpus.size()],
+                                           [&] { ran.fetch_add(1, std::memory_order_relaxed); });
+          if (outcome != SubmitOutcome::rejected) {
+            accepted.fetch_add(1, std::memory_order_relaxed);
+            if (after) accepted_after_shutdown.fetch_add(1, std::memory_order_relaxed);  // Catch2 asserts are not thread-safe
+          } else if (after) {
+            rejected_after_shutdown.fetch_add(1, std::memory_order_relaxed);
+          }
+        }
+      });
+    }
+    std::this_thread::sleep_for(20ms);
+    std::atomic<bool> returned{false};
+    std::thread closer([&] {
+      pool.shutdown(mode);
+      shut.store(true, std::memory_order_release);
+      returned.store(true);
+    });
+    const bool ok = eventually([&] { return returned.load(); });
+    if (!ok) {
+      FAIL_CHECK("shutdown starved by submitters retrying on rejection");
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+    closer.join();
+    REQUIRE(eventually([&] { return rejected_after_shutdown.load() > 100; }));
+    stop.store(true);
+    for (auto& t : submitters) t.join();
+    CHECK(accepted_after_shutdown.load() == 0);
+    std::uint64_t stat_runs = 0, cancelled = 0;
+    for (const auto& s : pool.all_stats()) {
+      stat_runs += s.tasks_run;
+      cancelled += s.tasks_cancelled;
+    }
+    CHECK(stat_runs == ran.load());
+    CHECK(stat_runs + cancelled == accepted.load());
+    if (mode == ShutdownMode::drain) CHECK(cancelled == 0);
+  }
+}
+
 TEST_CASE("pool: shutdown(cancel) finishes the running task and destroys the queued ones", "[pool]") {
   PoolOptions o;
   o.cpus = {my_cpus().front()};
@@ -357,6 +521,43 @@ TEST_CASE("pool: the policy can be switched while running", "[pool]") {
   CHECK(pool.stats(cpu).miss_cost_ns == 12345);  // the new parameters seed the measured miss cost
 }
 
+TEST_CASE("pool: the latency histogram samples one task in N, every first task after a park", "[pool]") {
+  PoolOptions o;
+  o.cpus = {my_cpus().front()};
+  const int cpu = o.cpus[0];
+  o.latency_sample_every = 0;
+  CHECK_THROWS_AS(WorkerPool(o), std::invalid_argument);
+
+  // Polling worker (60 s window): one stamp per 4 submits of this thread, whatever its count
+  // stood at (40 is a multiple of 4), plus any submit that found the worker parked.
+  o.latency_sample_every = 4;
+  o.policy = "static:60000000000";
+  {
+    WorkerPool pool(o);
+    for (int i = 0; i < 40; ++i) {
+      pool.submit(cpu, [] {});
+      REQUIRE(eventually([&] { return pool.stats(cpu).tasks_run == static_cast<std::uint64_t>(i + 1); }));
+    }
+    const WorkerStats s = pool.stats(cpu);
+    CHECK(s.latency_sample_every == 4);
+    CHECK(s.tasks_run == 40);  // counters stay exact
+    CHECK(s.latency.count() >= 10);
+    CHECK(s.latency.count() <= 10 + s.poll_misses);
+    CHECK(s.poll_hits + s.poll_misses == s.idle_periods);
+  }
+  // Parked worker (window 0): every task is the first after a park, so every one is stamped even
+  // with a sampling rate that would stamp none of these.
+  o.latency_sample_every = 1000;
+  o.policy = "static:0";
+  {
+    WorkerPool pool(o);
+    submit_each_to_a_parked_worker(pool, cpu, 20);
+    const WorkerStats s = pool.stats(cpu);
+    CHECK(s.latency.count() == 20);
+    CHECK(s.park_wakes == 20);
+  }
+}
+
 TEST_CASE("pool: poll hits, futex waits and reset_stats", "[pool]") {
   PoolOptions o;
   o.cpus = {my_cpus().front()};
@@ -364,11 +565,7 @@ TEST_CASE("pool: poll hits, futex waits and reset_stats", "[pool]") {
   {
     o.policy = "static:0";
     WorkerPool pool(o);
-    for (int i = 0; i < 20; ++i) {
-      REQUIRE(eventually([&] { return pool.stats(cpu).state == haltpoll::WorkerState::parked; }));
-      CHECK(pool.submit(cpu, [] {}) == SubmitOutcome::woke_parked);
-      REQUIRE(eventually([&] { return pool.stats(cpu).tasks_run == static_cast<std::uint64_t>(i + 1); }));
-    }
+    submit_each_to_a_parked_worker(pool, cpu, 20);
     REQUIRE(eventually([&] { return pool.stats(cpu).tasks_run == 20; }));
     WorkerStats s = pool.stats(cpu);
     CHECK(s.poll_hits == 0);

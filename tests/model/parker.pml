@@ -1,5 +1,5 @@
 /*
- * Spin model of haltpoll::Parker (src/lib/parker.cpp) guarding a separate queue: producers push a
+ * Spin model of haltpoll::Parker (src/lib/parking_word.cpp) guarding a separate queue: producers push a
  * task and unpark(); the owner takes every queued task and parks when there is none. Spin explores
  * every interleaving (sequential consistency; the C++ code's acquire/release argument for the
  * payload is in docs/design.md). A lost wake-up leaves the owner blocked in FUTEX_WAIT after every

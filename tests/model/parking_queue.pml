@@ -1,6 +1,6 @@
 /*
  * Spin model of haltpoll::detail::ParkingMpscQueue (include/haltpoll/detail/parking_queue.hpp and
- * the park algorithm of ParkingWord in src/lib/parker.cpp) as the WorkerPool uses it, with the
+ * the park algorithm of ParkingWord in src/lib/parking_word.cpp) as the WorkerPool uses it, with the
  * inline task slot: the queue head, the consumer's park state and the slot's SLOT_CLAIMED bit share
  * ONE word, and one task node (the slot) lives in the queue's own cache line.
  *

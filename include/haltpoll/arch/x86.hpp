@@ -16,9 +16,20 @@
 #include <atomic>
 #include <cstdint>
 
+#include "haltpoll/arch/generic.hpp"
+
 namespace haltpoll::arch::x86 {
 
+// From the generic layer: no compare-and-wait; the TSC's frequency is stated nowhere (calibrated).
+using generic::cmpwait;
+using generic::cmpwait_until;
+using generic::counter_frequency;
+using generic::has_cmpwait;
+using generic::yield_cpu;
+
 inline void cpu_relax() noexcept { __builtin_ia32_pause(); }
+
+inline constexpr bool has_counter = true;
 
 // Not serialising on purpose: a deadline check tolerates a few cycles of reordering.
 inline std::uint64_t read_counter() noexcept { return __builtin_ia32_rdtsc(); }
@@ -42,8 +53,9 @@ inline constexpr unsigned kUmwaitC01 = 1U;
 // Only call when CPUID.7.0:ECX[5] (WAITPKG) is set: the instructions fault otherwise.
 // The instructions are emitted as bytes (checked with objdump: `umonitor %rax`, `umwait %ecx`) so that
 // GCC and clang accept them alike without -mwaitpkg; their builtins disagree on arity.
+inline constexpr bool has_monitor_wait = true;
 template <class T, class StillWaiting>
-inline void umonitor_wait(const std::atomic<T>& word, StillWaiting& still_waiting, std::uint64_t deadline) noexcept {
+inline void monitor_wait(const std::atomic<T>& word, StillWaiting& still_waiting, std::uint64_t deadline) noexcept {
   const volatile void* addr = &word;
   asm volatile(".byte 0xf3, 0x0f, 0xae, 0xf0" : : "a"(addr) : "memory");  // umonitor %rax
   if (still_waiting()) {

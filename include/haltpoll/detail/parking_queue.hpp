@@ -62,13 +62,16 @@ class ParkingMpscQueue {
 
   // Any thread. Claims the slot for the caller, who must fill it and push() it; nullptr if it is
   // in use (claimed, queued, or not yet released by the consumer).
-  Node* try_claim_slot() noexcept {
+  // `parked` (optional) tells whether the word said "consumer parked" when it was read: a hint,
+  // got for free from the compare-exchange.
+  Node* try_claim_slot(bool* parked = nullptr) noexcept {
     std::uintptr_t old = Word::kPolling;  // the fast case again: an idle consumer, slot free
     do {
-      if ((old & kSlotClaimed) != 0) return nullptr;
+      if ((old & kSlotClaimed) != 0) break;
     } while (!word_.word.compare_exchange_weak(old, old | kSlotClaimed, std::memory_order_acquire,
                                                std::memory_order_relaxed));
-    return &slot_;
+    if (parked != nullptr) *parked = (old & Word::kStateMask) == Word::kParked;
+    return (old & kSlotClaimed) != 0 ? nullptr : &slot_;
   }
 
   bool is_slot(const Node* node) const noexcept { return node == &slot_; }
@@ -81,8 +84,8 @@ class ParkingMpscQueue {
 
   // Consumer only. Waits for at least one node (poll for window_ns, then the futex) and takes all:
   // never nullptr.
-  Node* wait_take_all(std::int64_t window_ns, ParkInfo& info, ParkCounters& counters) noexcept {
-    return fifo(word_.park(window_ns, info, counters));
+  Node* wait_take_all(std::int64_t window_ns, ParkInfo& info, ParkCounters& counters, bool stamp_hits = true) noexcept {
+    return fifo(word_.park(window_ns, info, counters, stamp_hits));
   }
 
   // Any thread; hints only (stale as soon as returned).

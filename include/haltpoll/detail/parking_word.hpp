@@ -27,7 +27,7 @@
 // and sticky bits). The futex always watches the low 32 bits and waits on the value it last read
 // (kParked plus whatever sticky bits were set): a pointer payload's low 32 bits have the state bits
 // clear, so they never equal it, and FUTEX_WAIT sees every change that matters. The member
-// functions are defined in src/lib/parker.cpp and instantiated there for the two users.
+// functions are defined in src/lib/parking_word.cpp and instantiated there for the two users.
 #pragma once
 
 #include <atomic>
@@ -35,26 +35,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "haltpoll/park_info.hpp"
+
 namespace haltpoll {
-
-enum class WakePath : std::uint8_t {
-  none,   // the owner was running or already notified: the notification waits for its next park
-  poll,   // the owner was polling: it sees the word change, no system call
-  futex,  // the owner was parked: FUTEX_WAKE was called
-};
-
-// What one park() did, for the owner's statistics and its window governor. The two clock reads
-// are the ones park() needs anyway; handing them out saves the caller reading the clock again on
-// the wake path.
-struct ParkInfo {
-  bool already_notified = false;  // a notification was pending on entry: no poll, no sleep
-  bool poll_hit = false;          // the notification came during the poll window
-  bool parked = false;            // the owner reached kParked: its notifier paid for FUTEX_WAKE
-  std::uint32_t futex_waits = 0;  // FUTEX_WAIT calls made (0 on a hit; > 1 after spurious wakes)
-  std::int64_t poll_ns = 0;       // time spent polling (0 with a window <= 0)
-  std::int64_t start_ns = 0;      // monotonic_ns() when park() began (0 if already notified)
-  std::int64_t wake_ns = 0;       // monotonic_ns() once the notification was seen (0 likewise)
-};
 
 namespace detail {
 
@@ -63,7 +46,21 @@ struct ParkCounters {
   std::atomic<std::uint64_t> parks{0};                  // idle periods entered (not already_notified)
   std::atomic<std::uint64_t> wakes_without_syscall{0};  // notifications that found kPolling
   std::atomic<std::uint64_t> futex_waits{0};            // FUTEX_WAIT calls
+  // FUTEX_WAIT calls that failed with anything but EINTR, EAGAIN or ETIMEDOUT (which mean "look
+  // again"): EPERM from a seccomp filter, ENOSYS. Counted as they happen, so a reader sees them
+  // while the owner is still parked; the owner backs off between them instead of spinning.
+  std::atomic<std::uint64_t> futex_errors{0};
 };
+
+// Process-wide: futex calls of every ParkingWord that failed unexpectedly, FUTEX_WAIT (also in
+// the owners' ParkCounters) and FUTEX_WAKE (a failed wake leaves its owner asleep until a later
+// one), and the errno of the latest. The first failure of each kind is also logged to stderr.
+struct FutexErrorCounts {
+  std::uint64_t wait_errors = 0;
+  std::uint64_t wake_errors = 0;
+  int last_errno = 0;
+};
+FutexErrorCounts futex_error_counts() noexcept;
 
 template <class W, W Sticky = 0>
 class ParkingWord {
@@ -84,7 +81,8 @@ class ParkingWord {
   // Owner only. Returns once a payload is there and takes it (see take_now): polls for up to
   // window_ns (<= 0: no polling, straight to the futex, like the kernel with poll_limit_ns == 0),
   // then FUTEX_WAITs. The state bits must be 0 on entry (the owner is not idle).
-  W park(std::int64_t window_ns, ParkInfo& out, ParkCounters& counters) noexcept;
+  // stamp_hits = false: skip the clock read after a poll hit (see ParkInfo::wake_stamped).
+  W park(std::int64_t window_ns, ParkInfo& out, ParkCounters& counters, bool stamp_hits = true) noexcept;
 
   // Owner only: takes a pending payload without waiting; 0 if there is none.
   W take() noexcept {

@@ -1,0 +1,41 @@
+# Checks that the hazard pointers' process-wide variables have exactly one definition in the
+# library, with global binding and default visibility, and that nobody reaches the thread_local
+# through a TLS wrapper call. As C++ inline variables they were GNU_UNIQUE/weak copies in every
+# object that used them, unique only while nothing was built with -fvisibility=hidden.
+#   cmake -DREADELF=<readelf> -DLIB=<libhaltpoll.a or .so> -P symbol_check.cmake
+foreach(v READELF LIB)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "symbol_check: ${v} not set")
+  endif()
+endforeach()
+execute_process(COMMAND "${READELF}" -sW "${LIB}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "readelf failed (${rc}): ${err}")
+endif()
+string(REPLACE "\n" ";" lines "${out}")
+set(failed "")
+foreach(sym _ZN8haltpoll6detail19hazard_wildcard_tagE _ZN8haltpoll6detail22hazard_asymmetric_modeE
+            _ZN8haltpoll6detail23this_thread_hazard_slotE)
+  set(defs 0)
+  foreach(line IN LISTS lines)
+    # Num: Value Size Type Bind Vis Ndx Name
+    if(line MATCHES "^ *[0-9]+: +[0-9a-f]+ +[0-9]+ +([A-Z_]+) +([A-Z_]+) +([A-Z_]+) +([A-Z0-9_]+) +${sym}$")
+      if(NOT CMAKE_MATCH_4 STREQUAL "UND")
+        math(EXPR defs "${defs} + 1")
+        if(NOT CMAKE_MATCH_2 STREQUAL "GLOBAL" OR NOT CMAKE_MATCH_3 STREQUAL "DEFAULT")
+          string(APPEND failed "${sym}: defined with binding ${CMAKE_MATCH_2}, visibility ${CMAKE_MATCH_3}\n")
+        endif()
+      endif()
+    endif()
+  endforeach()
+  if(NOT defs EQUAL 1)
+    string(APPEND failed "${sym}: ${defs} definitions, expected exactly 1\n")
+  endif()
+endforeach()
+if(out MATCHES "_ZTWN8haltpoll6detail23this_thread_hazard_slotE")
+  string(APPEND failed "this_thread_hazard_slot is read through a TLS wrapper call (constinit lost)\n")
+endif()
+if(failed)
+  message(FATAL_ERROR "symbol_check:\n${failed}")
+endif()
+message(STATUS "symbol_check: the hazard-pointer variables have one exported definition")
