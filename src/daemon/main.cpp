@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   CLI::App app{"haltpolld: measures guest wake latency and tunes guest halt-polling"};
   app.set_version_flag("-V,--version", std::string("haltpolld ") + HALTPOLL_VERSION_STRING);
 
-  std::string config_file = "/etc/haltpolld/haltpolld.json";
+  std::string config_file = HALTPOLLD_DEFAULT_CONFIG_FILE;
   std::string mode, socket_path, sysfs_root, log_level;
   bool foreground = false, check_config = false;
   auto* config_opt = app.add_option("-c,--config", config_file, "configuration file")->capture_default_str();
