@@ -46,11 +46,11 @@ int main(int argc, char** argv) {
   std::string mode, socket_path, sysfs_root, log_level;
   bool foreground = false, check_config = false;
   auto* config_opt = app.add_option("-c,--config", config_file, "configuration file")->capture_default_str();
-  app.add_option("--mode", mode, "override mode")->check(CLI::IsMember({"observe", "kernel"}));
+  app.add_option("--mode", mode, "override mode")->check(CLI::IsMember(haltpolld::config_choices("/mode")));
   app.add_option("--socket", socket_path, "override socket.path");
   app.add_option("--sysfs-root", sysfs_root, "override sysfs_root (a fake tree for tests)");
   app.add_option("--log-level", log_level, "override log.level")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+      ->check(CLI::IsMember(haltpolld::config_choices("/log/level")));
   app.add_flag("-f,--foreground", foreground, "stay in the foreground (haltpolld never forks; accepted for clarity)");
   app.add_flag("--check-config", check_config, "validate the configuration, print the effective one as JSON and exit");
 
