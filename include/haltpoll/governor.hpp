@@ -50,7 +50,7 @@ constexpr void for_each_haltpoll_param(F&& f) {
   f("guest_halt_poll_allow_shrink", &HaltpollParams::guest_halt_poll_allow_shrink, HaltpollParamKind::flag);
 }
 
-// Knobs of the adaptive policy. The defaults were chosen on the evaluation traces (bench/gen_traces,
+// Knobs of the adaptive policy. The defaults were chosen on the evaluation traces (bench/tools/gen_traces,
 // scripts/policy-table.sh) and are explained in docs/design.md.
 struct AdaptiveParams {
   // Weight of an idle period halves after this many newer periods. Short enough to follow a phase
