@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Window-policy evaluation (docs/performance.md, "Window policies in the simulator"): generates the
-# trace families with bench/gen_traces, replays each through `haltpolld simulate` with every policy
+# trace families with bench/tools/gen_traces, replays each through `haltpolld simulate` with every policy
 # for miss costs of 10, 30 and 100 µs, and prints the markdown table of costs relative to `oracle`,
 # followed by the check of the targets.
 #

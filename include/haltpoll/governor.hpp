@@ -32,9 +32,25 @@ struct HaltpollParams {
   std::uint32_t guest_halt_poll_shrink = 2;
   std::uint32_t guest_halt_poll_grow_start = 50000;  // ns
   bool guest_halt_poll_allow_shrink = true;
+  friend bool operator==(const HaltpollParams&, const HaltpollParams&) = default;
 };
 
-// Knobs of the adaptive policy. The defaults were chosen on the evaluation traces (bench/gen_traces,
+// What a haltpoll parameter measures, for code that checks ranges or prints units.
+enum class HaltpollParamKind : std::uint8_t { ns, factor, flag };
+
+// The one list of the five parameters: calls f(name, &HaltpollParams::member, kind) for each, in
+// the order of drivers/cpuidle/governors/haltpoll.c. Parsers, printers, configuration and sysfs
+// code derive their lists from it instead of spelling the names again.
+template <class F>
+constexpr void for_each_haltpoll_param(F&& f) {
+  f("guest_halt_poll_ns", &HaltpollParams::guest_halt_poll_ns, HaltpollParamKind::ns);
+  f("guest_halt_poll_grow", &HaltpollParams::guest_halt_poll_grow, HaltpollParamKind::factor);
+  f("guest_halt_poll_shrink", &HaltpollParams::guest_halt_poll_shrink, HaltpollParamKind::factor);
+  f("guest_halt_poll_grow_start", &HaltpollParams::guest_halt_poll_grow_start, HaltpollParamKind::ns);
+  f("guest_halt_poll_allow_shrink", &HaltpollParams::guest_halt_poll_allow_shrink, HaltpollParamKind::flag);
+}
+
+// Knobs of the adaptive policy. The defaults were chosen on the evaluation traces (bench/tools/gen_traces,
 // scripts/policy-table.sh) and are explained in docs/design.md.
 struct AdaptiveParams {
   // Weight of an idle period halves after this many newer periods. Short enough to follow a phase

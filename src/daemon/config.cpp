@@ -1,5 +1,6 @@
 #include "config.hpp"
 
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 namespace haltpolld {
 
@@ -18,124 +20,13 @@ ConfigError::ConfigError(std::string path, std::string reason)
       path_(std::move(path)),
       reason_(std::move(reason)) {}
 
-std::string_view to_string(Mode m) noexcept { return m == Mode::kernel ? "kernel" : "observe"; }
-
 namespace {
 
-// Walks one JSON object, remembering which keys were consumed so that unknown keys are refused.
-class ObjectReader {
- public:
-  ObjectReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {
-    if (!j_.is_object()) throw ConfigError(path_, "expected an object, got " + std::string(j_.type_name()));
-  }
-  ~ObjectReader() = default;
-  ObjectReader(const ObjectReader&) = delete;
-  ObjectReader& operator=(const ObjectReader&) = delete;
-
-  // Returns the member or nullptr when absent.
-  const json* member(const char* key) {
-    seen_.insert(key);
-    auto it = j_.find(key);
-    return it == j_.end() ? nullptr : &*it;
-  }
-  std::string child(const char* key) const { return path_ + "/" + key; }
-
-  void string(const char* key, std::string& out) {
-    if (const json* v = member(key)) {
-      if (!v->is_string()) throw ConfigError(child(key), "expected a string, got " + std::string(v->type_name()));
-      out = v->get<std::string>();
-    }
-  }
-  template <class F>
-  void string_one_of(const char* key, F&& assign, std::initializer_list<const char*> allowed) {
-    std::string s;
-    bool present = j_.contains(key);
-    string(key, s);
-    if (!present) return;
-    for (const char* a : allowed)
-      if (s == a) return assign(s);
-    std::string list;
-    for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-    throw ConfigError(child(key), "\"" + s + "\" is not one of: " + list);
-  }
-  // An integer in [lo, hi]; floats, negative numbers and booleans are refused.
-  template <class T>
-  void integer(const char* key, T& out, std::uint64_t lo, std::uint64_t hi) {
-    const json* v = member(key);
-    if (!v) return;
-    if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() && v->get<double>() >= 0 &&
-        v->get<double>() < 1.8e19) {
-      // 1e6 written as a float literal: accept when it is a whole number.
-      check_range(key, static_cast<std::uint64_t>(v->get<double>()), lo, hi);
-      out = static_cast<T>(v->get<double>());
-      return;
-    }
-    // Parsed text gives unsigned numbers for non-negative integers; JSON built in code gives signed.
-    if (v->is_number_integer() && !v->is_number_unsigned() && v->get<std::int64_t>() < 0)
-      throw ConfigError(child(key), "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                                        "], got " + v->dump());
-    if (!v->is_number_integer())
-      throw ConfigError(child(key), "expected an unsigned integer, got " + std::string(v->type_name()));
-    std::uint64_t x = v->get<std::uint64_t>();
-    check_range(key, x, lo, hi);
-    out = static_cast<T>(x);
-  }
-  void number(const char* key, double& out, double lo, double hi) {
-    const json* v = member(key);
-    if (!v) return;
-    if (!v->is_number()) throw ConfigError(child(key), "expected a number, got " + std::string(v->type_name()));
-    double x = v->get<double>();
-    if (!(x >= lo && x <= hi)) {
-      std::ostringstream o;
-      o << "expected a number in [" << lo << ", " << hi << "], got " << x;
-      throw ConfigError(child(key), o.str());
-    }
-    out = x;
-  }
-  void boolean(const char* key, bool& out) {
-    if (const json* v = member(key)) {
-      if (!v->is_boolean()) throw ConfigError(child(key), "expected true or false, got " + std::string(v->type_name()));
-      out = v->get<bool>();
-    }
-  }
-  template <class F>
-  void object(const char* key, F&& read) {
-    if (const json* v = member(key)) {
-      ObjectReader sub(*v, child(key));
-      read(sub);
-      sub.finish();
-    }
-  }
-  void finish() const {
-    for (auto it = j_.begin(); it != j_.end(); ++it)
-      if (!seen_.count(it.key())) throw ConfigError(path_ + "/" + it.key(), "unknown key");
-  }
-
- private:
-  void check_range(const char* key, std::uint64_t x, std::uint64_t lo, std::uint64_t hi) const {
-    if (x < lo || x > hi)
-      throw ConfigError(child(key), "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                                        "], got " + std::to_string(x));
-  }
-
-  const json& j_;
-  std::string path_;
-  std::set<std::string> seen_;
-};
-
-unsigned parse_octal_mode(const std::string& s, const std::string& path) {
-  if (s.empty() || s.size() > 4 || s.find_first_not_of("01234567") != std::string::npos)
-    throw ConfigError(path, "expected an octal file mode such as \"0660\", got \"" + s + "\"");
-  return static_cast<unsigned>(std::stoul(s, nullptr, 8));
-}
-
-std::string format_octal_mode(unsigned m) {
-  std::ostringstream o;
-  o << '0' << std::oct << m;
-  return o.str();
-}
+// ---- value checks (beyond type and range) ----
 
 constexpr unsigned kMaxCpu = 8191;
+constexpr std::uint64_t kMaxWindowNs = 100'000'000;  // 100 ms: far beyond any useful poll window
+constexpr std::uint64_t kMaxFactor = 1024;
 
 // "0-3,6": comma-separated CPU numbers or ranges a-b with a <= b. Returns the CPUs in order.
 std::vector<unsigned> parse_cpu_list(const std::string& s, const std::string& path) {
@@ -159,71 +50,283 @@ std::vector<unsigned> parse_cpu_list(const std::string& s, const std::string& pa
   return {cpus.begin(), cpus.end()};
 }
 
-void require_absolute(const std::string& value, const char* path, bool allow_empty) {
-  if (value.empty() && allow_empty) return;
-  if (value.empty() || value.front() != '/') throw ConfigError(path, "expected an absolute path");
-  if (value.find('\0') != std::string::npos) throw ConfigError(path, "contains a NUL byte");
+void check_cpus(const std::string& v, const std::string& path) {
+  if (v != "all") parse_cpu_list(v, path);
+}
+void check_absolute(const std::string& v, const std::string& path) {
+  if (v.empty() || v.front() != '/') throw ConfigError(path, "expected an absolute path");
+  if (v.find('\0') != std::string::npos) throw ConfigError(path, "contains a NUL byte");
+}
+void check_absolute_or_empty(const std::string& v, const std::string& path) {
+  if (!v.empty()) check_absolute(v, path);
+}
+void check_socket_path(const std::string& v, const std::string& path) {
+  if (v.empty()) throw ConfigError(path, "must not be empty");
+  // sun_path holds 108 bytes including the terminating NUL.
+  if (v.size() > 107) throw ConfigError(path, "longer than 107 bytes (AF_UNIX limit)");
+  if (v.find('\0') != std::string::npos) throw ConfigError(path, "contains a NUL byte");
 }
 
-constexpr std::uint64_t kMaxWindowNs = 100'000'000;  // 100 ms: far beyond any useful poll window
+// ---- value kinds of the schema ----
+
+struct Text {  // a string, optionally checked
+  void (*check)(const std::string& value, const std::string& path) = nullptr;
+};
+struct Choice {  // a string from a fixed set
+  std::vector<std::string> allowed;
+};
+template <class E>
+struct Enum {  // a string naming one value of an enum
+  std::vector<std::pair<std::string, E>> values;
+};
+struct Integer {  // an unsigned integer in [lo, hi]
+  std::uint64_t lo, hi;
+};
+struct Number {  // a number in [lo, hi]
+  double lo, hi;
+};
+struct Flag {};       // true or false
+struct FileMode {};   // an octal permission string such as "0660" (at most 0777)
+
+const Enum<Mode>& mode_names() {
+  static const Enum<Mode> e{{{"observe", Mode::observe}, {"kernel", Mode::kernel}}};
+  return e;
+}
+// The tuner's policies under the tuner's own names (its enum counts from 0; to_string gives "?"
+// past the last one), so that a policy added there is accepted here without another list.
+const Enum<Policy>& tuner_policy_names() {
+  static const Enum<Policy> e = [] {
+    Enum<Policy> r;
+    for (int i = 0;; ++i) {
+      const auto p = static_cast<Policy>(i);
+      if (to_string(p) == "?") break;
+      r.values.emplace_back(std::string(to_string(p)), p);
+    }
+    return r;
+  }();
+  return e;
+}
+
+enum class Apply : bool { live, restart };
+
+// THE SCHEMA: every key once, in file order. v(path, apply, accessor, kind); the accessor gives
+// the field of any Config (const or not), so one visitor can read a key of two configs.
+// A new key is one line here, plus its line in config/haltpolld.json and haltpolld.json(5)
+// (config_test checks both).
+template <class V>
+void visit_schema(V&& v) {
+  using enum Apply;
+  // clang-format off
+  v("/mode", restart, [](auto& c) -> auto& { return c.mode; }, mode_names());
+  v("/cpus", restart, [](auto& c) -> auto& { return c.cpus; }, Text{check_cpus});
+  v("/sysfs_root", restart, [](auto& c) -> auto& { return c.sysfs_root; }, Text{check_absolute});
+  v("/state_dir", restart, [](auto& c) -> auto& { return c.state_dir; }, Text{check_absolute_or_empty});
+  v("/socket/path", restart, [](auto& c) -> auto& { return c.socket.path; }, Text{check_socket_path});
+  v("/socket/mode", restart, [](auto& c) -> auto& { return c.socket.mode; }, FileMode{});
+  v("/socket/admin_group", live, [](auto& c) -> auto& { return c.socket.admin_group; }, Text{});
+  v("/socket/max_connections", live, [](auto& c) -> auto& { return c.socket.max_connections; }, Integer{1, 4096});
+  v("/socket/idle_timeout_ms", live, [](auto& c) -> auto& { return c.socket.idle_timeout_ms; }, Integer{100, 86'400'000});
+  v("/pool/policy", restart, [](auto& c) -> auto& { return c.pool.policy; }, Choice{{"haltpoll", "adaptive"}});
+  v("/pool/window_cap_ns", live, [](auto& c) -> auto& { return c.pool.window_cap_ns; }, Integer{0, kMaxWindowNs});
+  // clang-format on
+  // pool.guest_halt_poll_*: the library's one list of the kernel governor's parameters.
+  haltpoll::for_each_haltpoll_param([&](const char* name, auto member, haltpoll::HaltpollParamKind kind) {
+    auto field = [member](auto& c) -> auto& { return c.pool.haltpoll.*member; };
+    const std::string path = std::string("/pool/") + name;
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(haltpoll::HaltpollParams{}.*member)>, bool>)
+      v(path, restart, field, Flag{});
+    else
+      v(path, restart, field, Integer{0, kind == haltpoll::HaltpollParamKind::factor ? kMaxFactor : kMaxWindowNs});
+  });
+  // clang-format off
+  v("/probe/rate_hz", live, [](auto& c) -> auto& { return c.probe.rate_hz; }, Number{0.0, 10000.0});
+  v("/tuner/policy", live, [](auto& c) -> auto& { return c.tuner.policy; }, tuner_policy_names());
+  v("/tuner/interval_ms", live, [](auto& c) -> auto& { return c.tuner.interval_ms; }, Integer{100, 3'600'000});
+  v("/tuner/target_wake_latency_ns", live, [](auto& c) -> auto& { return c.tuner.target_wake_latency_ns; }, Integer{100, kMaxWindowNs});
+  v("/tuner/max_poll_cpu_percent", live, [](auto& c) -> auto& { return c.tuner.max_poll_cpu_percent; }, Number{0.0, 100.0});
+  v("/tuner/min_ns", live, [](auto& c) -> auto& { return c.tuner.min_ns; }, Integer{0, kMaxWindowNs});
+  v("/tuner/max_ns", live, [](auto& c) -> auto& { return c.tuner.max_ns; }, Integer{0, kMaxWindowNs});
+  v("/metrics/textfile", live, [](auto& c) -> auto& { return c.metrics.textfile; }, Text{check_absolute_or_empty});
+  v("/log/level", live, [](auto& c) -> auto& { return c.log.level; }, Choice{{"trace", "debug", "info", "warn", "error", "critical", "off"}});
+  // clang-format on
+}
+
+// Checks across keys, after every key was read.
+void check_whole(const Config& c) {
+  if (c.tuner.min_ns > c.tuner.max_ns)
+    throw ConfigError("/tuner/min_ns", fmt::format("must not exceed tuner.max_ns ({})", c.tuner.max_ns));
+}
+
+// ---- reading one value ----
+
+std::string list_of(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+std::string read_string(const json& v, const std::string& path) {
+  if (!v.is_string()) throw ConfigError(path, "expected a string, got " + std::string(v.type_name()));
+  return v.get<std::string>();
+}
+
+// An integer in [lo, hi]; negative numbers, fractions and booleans are refused. A whole number
+// written as a float literal (1e6) is accepted.
+std::uint64_t read_integer(const json& v, const std::string& path, std::uint64_t lo, std::uint64_t hi) {
+  const auto expected = [&] { return fmt::format("expected an integer in [{}, {}], got {}", lo, hi, v.dump()); };
+  std::uint64_t x = 0;
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!(std::floor(d) == d && d >= 0 && d < 1.8e19)) throw ConfigError(path, expected());
+    x = static_cast<std::uint64_t>(d);
+  } else if (v.is_number_integer()) {
+    // Parsed text gives unsigned numbers for non-negative integers; JSON built in code gives signed.
+    if (!v.is_number_unsigned() && v.get<std::int64_t>() < 0) throw ConfigError(path, expected());
+    x = v.get<std::uint64_t>();
+  } else {
+    throw ConfigError(path, "expected an unsigned integer, got " + std::string(v.type_name()));
+  }
+  if (x < lo || x > hi) throw ConfigError(path, fmt::format("expected an integer in [{}, {}], got {}", lo, hi, x));
+  return x;
+}
+
+unsigned parse_octal_mode(const std::string& s, const std::string& path) {
+  if (s.empty() || s.size() > 4 || s.find_first_not_of("01234567") != std::string::npos)
+    throw ConfigError(path, "expected an octal file mode such as \"0660\", got \"" + s + "\"");
+  const auto m = static_cast<unsigned>(std::stoul(s, nullptr, 8));
+  if (m > 0777) throw ConfigError(path, "only permission bits (at most 0777) are allowed");
+  return m;
+}
+
+std::string format_octal_mode(unsigned m) { return fmt::format("0{:o}", m); }
+
+template <class T>
+void read_value(const json& v, const std::string& path, T& out, const Text& k) {
+  out = read_string(v, path);
+  if (k.check) k.check(out, path);
+}
+inline void read_value(const json& v, const std::string& path, std::string& out, const Choice& k) {
+  std::string s = read_string(v, path);
+  if (std::find(k.allowed.begin(), k.allowed.end(), s) == k.allowed.end())
+    throw ConfigError(path, "\"" + s + "\" is not one of: " + list_of(k.allowed));
+  out = std::move(s);
+}
+template <class E>
+void read_value(const json& v, const std::string& path, E& out, const Enum<E>& k) {
+  const std::string s = read_string(v, path);
+  std::vector<std::string> names;
+  for (const auto& [name, value] : k.values) {
+    if (name == s) {
+      out = value;
+      return;
+    }
+    names.push_back(name);
+  }
+  throw ConfigError(path, "\"" + s + "\" is not one of: " + list_of(names));
+}
+template <class T>
+void read_value(const json& v, const std::string& path, T& out, const Integer& k) {
+  static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>);
+  out = static_cast<T>(read_integer(v, path, k.lo, std::min<std::uint64_t>(k.hi, std::numeric_limits<T>::max())));
+}
+inline void read_value(const json& v, const std::string& path, double& out, const Number& k) {
+  if (!v.is_number()) throw ConfigError(path, "expected a number, got " + std::string(v.type_name()));
+  const double x = v.get<double>();
+  if (!(x >= k.lo && x <= k.hi))
+    throw ConfigError(path, fmt::format("expected a number in [{}, {}], got {}", k.lo, k.hi, x));
+  out = x;
+}
+inline void read_value(const json& v, const std::string& path, bool& out, const Flag&) {
+  if (!v.is_boolean()) throw ConfigError(path, "expected true or false, got " + std::string(v.type_name()));
+  out = v.get<bool>();
+}
+inline void read_value(const json& v, const std::string& path, unsigned& out, const FileMode&) {
+  out = parse_octal_mode(read_string(v, path), path);
+}
+
+// ---- writing one value ----
+
+template <class T, class K>
+json write_value(const T& value, const K&) {
+  return value;
+}
+template <class E>
+json write_value(const E& value, const Enum<E>& k) {
+  for (const auto& [name, v] : k.values)
+    if (v == value) return name;
+  return "?";
+}
+inline json write_value(unsigned value, const FileMode&) { return format_octal_mode(value); }
+
+// ---- structure: objects where the schema has sections, no unknown keys ----
+
+bool is_section(const std::string& path) {
+  const std::string prefix = path + "/";
+  for (const auto& k : config_key_paths())
+    if (k.starts_with(prefix)) return true;
+  return false;
+}
+
+void check_structure(const json& j, const std::string& path) {
+  if (!j.is_object()) throw ConfigError(path, "expected an object, got " + std::string(j.type_name()));
+  const auto& keys = config_key_paths();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string child = path + "/" + it.key();
+    if (std::find(keys.begin(), keys.end(), child) != keys.end()) continue;
+    if (!is_section(child)) throw ConfigError(child, "unknown key");
+    check_structure(*it, child);
+  }
+}
 
 }  // namespace
 
+const std::vector<std::string>& config_key_paths() {
+  static const std::vector<std::string> paths = [] {
+    std::vector<std::string> out;
+    visit_schema([&](const std::string& path, Apply, auto&&, const auto&) { out.push_back(path); });
+    return out;
+  }();
+  return paths;
+}
+
+const std::vector<std::string>& restart_only_paths() {
+  static const std::vector<std::string> paths = [] {
+    std::vector<std::string> out;
+    visit_schema([&](const std::string& path, Apply apply, auto&&, const auto&) {
+      if (apply == Apply::restart) out.push_back(path);
+    });
+    return out;
+  }();
+  return paths;
+}
+
+std::vector<std::string> config_choices(std::string_view path) {
+  std::vector<std::string> out;
+  visit_schema([&](const std::string& p, Apply, auto&&, const auto& kind) {
+    if (p != path) return;
+    using K = std::remove_cvref_t<decltype(kind)>;
+    if constexpr (std::is_same_v<K, Choice>)
+      out = kind.allowed;
+    else if constexpr (requires { kind.values; })
+      for (const auto& [name, value] : kind.values) out.push_back(name);
+  });
+  return out;
+}
+
+std::string_view to_string(Mode m) noexcept {
+  for (const auto& [name, value] : mode_names().values)
+    if (value == m) return name;
+  return "?";
+}
+
 Config apply_config_json(const json& j, const Config& base) {
+  check_structure(j, "");
   Config c = base;
-  ObjectReader root(j, "");
-  root.string_one_of("mode", [&](const std::string& s) { c.mode = s == "kernel" ? Mode::kernel : Mode::observe; },
-                     {"observe", "kernel"});
-  root.string("cpus", c.cpus);
-  if (c.cpus != "all") parse_cpu_list(c.cpus, "/cpus");
-  root.string("sysfs_root", c.sysfs_root);
-  require_absolute(c.sysfs_root, "/sysfs_root", false);
-  root.string("state_dir", c.state_dir);
-  require_absolute(c.state_dir, "/state_dir", true);
-  root.object("socket", [&](ObjectReader& r) {
-    r.string("path", c.socket.path);
-    if (c.socket.path.empty()) throw ConfigError("/socket/path", "must not be empty");
-    // sun_path holds 108 bytes including the terminating NUL.
-    if (c.socket.path.size() > 107) throw ConfigError("/socket/path", "longer than 107 bytes (AF_UNIX limit)");
-    if (c.socket.path.find('\0') != std::string::npos) throw ConfigError("/socket/path", "contains a NUL byte");
-    std::string mode = format_octal_mode(c.socket.mode);
-    r.string("mode", mode);
-    c.socket.mode = parse_octal_mode(mode, "/socket/mode");
-    if (c.socket.mode > 0777) throw ConfigError("/socket/mode", "only permission bits (at most 0777) are allowed");
-    r.string("admin_group", c.socket.admin_group);
-    r.integer("max_connections", c.socket.max_connections, 1, 4096);
-    r.integer("idle_timeout_ms", c.socket.idle_timeout_ms, 100, 86'400'000);
+  visit_schema([&](const std::string& path, Apply, auto&& field, const auto& kind) {
+    const json::json_pointer ptr(path);
+    if (j.contains(ptr)) read_value(j.at(ptr), path, field(c), kind);
   });
-  root.object("pool", [&](ObjectReader& r) {
-    r.string_one_of("policy", [&](const std::string& s) { c.pool.policy = s; }, {"haltpoll", "adaptive"});
-    r.integer("window_cap_ns", c.pool.window_cap_ns, 0, kMaxWindowNs);
-    r.integer("guest_halt_poll_ns", c.pool.guest_halt_poll_ns, 0, kMaxWindowNs);
-    r.integer("guest_halt_poll_grow", c.pool.guest_halt_poll_grow, 0, 1024);
-    r.integer("guest_halt_poll_shrink", c.pool.guest_halt_poll_shrink, 0, 1024);
-    r.integer("guest_halt_poll_grow_start", c.pool.guest_halt_poll_grow_start, 0, kMaxWindowNs);
-    r.boolean("guest_halt_poll_allow_shrink", c.pool.guest_halt_poll_allow_shrink);
-  });
-  root.object("probe", [&](ObjectReader& r) { r.number("rate_hz", c.probe.rate_hz, 0.0, 10000.0); });
-  root.object("tuner", [&](ObjectReader& r) {
-    r.string_one_of("policy", [&](const std::string& s) { c.tuner.policy = s; },
-                    {"static", "latency", "budget", "balanced"});
-    r.integer("interval_ms", c.tuner.interval_ms, 100, 3'600'000);
-    r.integer("target_wake_latency_ns", c.tuner.target_wake_latency_ns, 100, kMaxWindowNs);
-    r.number("max_poll_cpu_percent", c.tuner.max_poll_cpu_percent, 0.0, 100.0);
-    r.integer("min_ns", c.tuner.min_ns, 0, kMaxWindowNs);
-    r.integer("max_ns", c.tuner.max_ns, 0, kMaxWindowNs);
-  });
-  if (c.tuner.min_ns > c.tuner.max_ns)
-    throw ConfigError("/tuner/min_ns", "must not exceed tuner.max_ns (" + std::to_string(c.tuner.max_ns) + ")");
-  root.object("metrics", [&](ObjectReader& r) {
-    r.string("textfile", c.metrics.textfile);
-    require_absolute(c.metrics.textfile, "/metrics/textfile", true);
-  });
-  root.object("log", [&](ObjectReader& r) {
-    r.string_one_of("level", [&](const std::string& s) { c.log.level = s; },
-                    {"trace", "debug", "info", "warn", "error", "critical", "off"});
-  });
-  root.finish();
+  check_whole(c);
   return c;
 }
 
@@ -246,52 +349,26 @@ Config load_config_file(const std::string& file, const Config& base) {
 }
 
 nlohmann::json to_json(const Config& c) {
-  return json{{"mode", to_string(c.mode)},
-              {"cpus", c.cpus},
-              {"sysfs_root", c.sysfs_root},
-              {"state_dir", c.state_dir},
-              {"socket",
-               {{"path", c.socket.path},
-                {"mode", format_octal_mode(c.socket.mode)},
-                {"admin_group", c.socket.admin_group},
-                {"max_connections", c.socket.max_connections},
-                {"idle_timeout_ms", c.socket.idle_timeout_ms}}},
-              {"pool",
-               {{"policy", c.pool.policy},
-                {"window_cap_ns", c.pool.window_cap_ns},
-                {"guest_halt_poll_ns", c.pool.guest_halt_poll_ns},
-                {"guest_halt_poll_grow", c.pool.guest_halt_poll_grow},
-                {"guest_halt_poll_shrink", c.pool.guest_halt_poll_shrink},
-                {"guest_halt_poll_grow_start", c.pool.guest_halt_poll_grow_start},
-                {"guest_halt_poll_allow_shrink", c.pool.guest_halt_poll_allow_shrink}}},
-              {"probe", {{"rate_hz", c.probe.rate_hz}}},
-              {"tuner",
-               {{"policy", c.tuner.policy},
-                {"interval_ms", c.tuner.interval_ms},
-                {"target_wake_latency_ns", c.tuner.target_wake_latency_ns},
-                {"max_poll_cpu_percent", c.tuner.max_poll_cpu_percent},
-                {"min_ns", c.tuner.min_ns},
-                {"max_ns", c.tuner.max_ns}}},
-              {"metrics", {{"textfile", c.metrics.textfile}}},
-              {"log", {{"level", c.log.level}}}};
-}
-
-const std::vector<std::string>& restart_only_paths() {
-  static const std::vector<std::string> paths = {
-      "/mode", "/cpus", "/sysfs_root", "/state_dir", "/socket/path", "/socket/mode", "/pool/policy",
-      "/pool/guest_halt_poll_ns", "/pool/guest_halt_poll_grow", "/pool/guest_halt_poll_shrink",
-      "/pool/guest_halt_poll_grow_start", "/pool/guest_halt_poll_allow_shrink"};
-  return paths;
+  json j = json::object();
+  visit_schema([&](const std::string& path, Apply, auto&& field, const auto& kind) {
+    j[json::json_pointer(path)] = write_value(field(c), kind);
+  });
+  return j;
 }
 
 std::vector<std::string> restart_only_differences(const Config& a, const Config& b) {
-  json ja = to_json(a), jb = to_json(b);
   std::vector<std::string> out;
-  for (const auto& p : restart_only_paths()) {
-    json::json_pointer ptr(p);
-    if (ja.at(ptr) != jb.at(ptr)) out.push_back(p);
-  }
+  visit_schema([&](const std::string& path, Apply apply, auto&& field, const auto&) {
+    if (apply == Apply::restart && !(field(a) == field(b))) out.push_back(path);
+  });
   return out;
+}
+
+Config keep_restart_only(Config next, const Config& running) {
+  visit_schema([&](const std::string&, Apply apply, auto&& field, const auto&) {
+    if (apply == Apply::restart) field(next) = field(running);
+  });
+  return next;
 }
 
 std::vector<unsigned> expand_cpus(const std::string& spec, const std::vector<unsigned>& allowed) {
@@ -299,7 +376,7 @@ std::vector<unsigned> expand_cpus(const std::string& spec, const std::vector<uns
   std::vector<unsigned> cpus = parse_cpu_list(spec, "/cpus");
   for (unsigned cpu : cpus)
     if (std::find(allowed.begin(), allowed.end(), cpu) == allowed.end())
-      throw ConfigError("/cpus", "CPU " + std::to_string(cpu) + " is not in this process's affinity mask");
+      throw ConfigError("/cpus", fmt::format("CPU {} is not in this process's affinity mask", cpu));
   return cpus;
 }
 

@@ -5,6 +5,9 @@
 // plain value that the daemon copies and swaps on its control thread.
 #pragma once
 
+#include "haltpoll/governor.hpp"
+#include "tuning/tuner.hpp"
+
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
@@ -33,13 +36,9 @@ struct Config {
   struct Pool {
     std::string policy = "haltpoll";  // "haltpoll" | "adaptive"
     std::uint64_t window_cap_ns = 200000;
-    // The kernel governor's parameters, same names and meaning (drivers/cpuidle/governors/haltpoll.c),
-    // used by the pool's `haltpoll` window policy.
-    std::uint32_t guest_halt_poll_ns = 200000;
-    std::uint32_t guest_halt_poll_grow = 2;
-    std::uint32_t guest_halt_poll_shrink = 2;
-    std::uint32_t guest_halt_poll_grow_start = 50000;
-    bool guest_halt_poll_allow_shrink = true;
+    // The kernel governor's parameters (pool.guest_halt_poll_* in the file), used by the pool's
+    // `haltpoll` window policy; guest_halt_poll_ns is also the static tuner policy's value.
+    haltpoll::HaltpollParams haltpoll;
     friend bool operator==(const Pool&, const Pool&) = default;
   } pool;
   struct Probe {
@@ -47,7 +46,7 @@ struct Config {
     friend bool operator==(const Probe&, const Probe&) = default;
   } probe;
   struct Tuner {
-    std::string policy = "balanced";  // static | latency | budget | balanced
+    Policy policy = Policy::balanced;
     unsigned interval_ms = 1000;
     std::uint64_t target_wake_latency_ns = 20000;
     double max_poll_cpu_percent = 10.0;
@@ -96,6 +95,13 @@ std::string_view to_string(Mode m) noexcept;
 std::vector<std::string> restart_only_differences(const Config& a, const Config& b);
 // All restart-only paths, for documentation and GetConfig.
 const std::vector<std::string>& restart_only_paths();
+// `next` with the restart-only settings of `running`: what a reload applies now.
+Config keep_restart_only(Config next, const Config& running);
+
+// Every key's JSON path ("/socket/path"), in schema order; for documentation checks.
+const std::vector<std::string>& config_key_paths();
+// The values a string key with a fixed set accepts ("/mode", "/log/level", ...); empty otherwise.
+std::vector<std::string> config_choices(std::string_view path);
 
 // Expands "all" (from the affinity mask `allowed`) or a list such as "0-3,6" into CPU numbers.
 // A listed CPU outside `allowed` is an error (ConfigError on "/cpus").

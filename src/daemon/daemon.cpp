@@ -64,24 +64,6 @@ const std::vector<std::uint64_t>& exposition_bounds() {
   return b;
 }
 
-// Copies the restart-only settings of `running` into `next`, so that a reload changes only what
-// can change live.
-Config keep_restart_only(Config next, const Config& running) {
-  next.mode = running.mode;
-  next.cpus = running.cpus;
-  next.sysfs_root = running.sysfs_root;
-  next.state_dir = running.state_dir;
-  next.socket.path = running.socket.path;
-  next.socket.mode = running.socket.mode;
-  next.pool.policy = running.pool.policy;
-  next.pool.guest_halt_poll_ns = running.pool.guest_halt_poll_ns;
-  next.pool.guest_halt_poll_grow = running.pool.guest_halt_poll_grow;
-  next.pool.guest_halt_poll_shrink = running.pool.guest_halt_poll_shrink;
-  next.pool.guest_halt_poll_grow_start = running.pool.guest_halt_poll_grow_start;
-  next.pool.guest_halt_poll_allow_shrink = running.pool.guest_halt_poll_allow_shrink;
-  return next;
-}
-
 }  // namespace
 
 struct Daemon::Impl final : ControlBackend {
@@ -166,8 +148,8 @@ ControllerOptions Daemon::Impl::controller_options(const Config& c) const {
   o.state_dir = effective_state_dir(c);
   o.kernel_mode = c.mode == Mode::kernel;
   for (unsigned cpu : cpus_) o.cpus.push_back(static_cast<int>(cpu));
-  if (auto p = policy_from_string(c.tuner.policy)) o.tuner.policy = *p;
-  o.tuner.static_ns = c.pool.guest_halt_poll_ns;
+  o.tuner.policy = c.tuner.policy;
+  o.tuner.static_ns = c.pool.haltpoll.guest_halt_poll_ns;
   o.tuner.target_wake_latency_ns = static_cast<double>(c.tuner.target_wake_latency_ns);
   o.tuner.max_poll_cpu_percent = c.tuner.max_poll_cpu_percent;
   o.tuner.min_ns = static_cast<std::uint32_t>(c.tuner.min_ns);
@@ -441,11 +423,7 @@ int Daemon::Impl::run() {
     haltpoll::PoolOptions po;
     for (unsigned cpu : cpus_) po.cpus.push_back(static_cast<int>(cpu));
     po.policy = config_.pool.policy;
-    po.params.haltpoll.guest_halt_poll_ns = config_.pool.guest_halt_poll_ns;
-    po.params.haltpoll.guest_halt_poll_grow = config_.pool.guest_halt_poll_grow;
-    po.params.haltpoll.guest_halt_poll_shrink = config_.pool.guest_halt_poll_shrink;
-    po.params.haltpoll.guest_halt_poll_grow_start = config_.pool.guest_halt_poll_grow_start;
-    po.params.haltpoll.guest_halt_poll_allow_shrink = config_.pool.guest_halt_poll_allow_shrink;
+    po.params.haltpoll = config_.pool.haltpoll;
     po.window_cap_ns = config_.pool.window_cap_ns;
     pool_ = std::make_unique<haltpoll::WorkerPool>(po);
     for (const auto& [cpu, reason] : pool_->pin_failures()) spdlog::warn("worker of CPU {} runs unpinned: {}", cpu, reason);

@@ -7,28 +7,50 @@
 #include "haltpoll/version.hpp"
 
 #include <CLI/CLI.hpp>
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
-#include <iostream>
+#include <functional>
+#include <vector>
 
 using haltpolld::ExitCode;
 
+namespace {
+
+// Subcommands other than running the daemon: each adds itself to the command line and returns
+// what runs it once the command line chose it. A new one is one more line here.
+using AddSubcommand = std::function<int()> (*)(CLI::App&);
+constexpr AddSubcommand kSubcommands[] = {
+    haltpolld::add_simulate_command,
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string_view(argv[1]) == "simulate") return haltpolld::simulate_main(argc - 1, argv + 1);
   CLI::App app{"haltpolld: measures guest wake latency and tunes guest halt-polling"};
   app.set_version_flag("-V,--version", std::string("haltpolld ") + HALTPOLL_VERSION_STRING);
+  app.require_subcommand(0, 1);
+  struct Subcommand {
+    const CLI::App* cli;
+    std::function<int()> run;
+  };
+  std::vector<Subcommand> subcommands;
+  for (auto add : kSubcommands) {
+    auto run = add(app);
+    subcommands.push_back({app.get_subcommands({}).back(), std::move(run)});
+  }
 
-  std::string config_file = "/etc/haltpolld/haltpolld.json";
+  std::string config_file = HALTPOLLD_DEFAULT_CONFIG_FILE;
   std::string mode, socket_path, sysfs_root, log_level;
   bool foreground = false, check_config = false;
   auto* config_opt = app.add_option("-c,--config", config_file, "configuration file")->capture_default_str();
-  app.add_option("--mode", mode, "override mode")->check(CLI::IsMember({"observe", "kernel"}));
+  app.add_option("--mode", mode, "override mode")->check(CLI::IsMember(haltpolld::config_choices("/mode")));
   app.add_option("--socket", socket_path, "override socket.path");
   app.add_option("--sysfs-root", sysfs_root, "override sysfs_root (a fake tree for tests)");
   app.add_option("--log-level", log_level, "override log.level")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+      ->check(CLI::IsMember(haltpolld::config_choices("/log/level")));
   app.add_flag("-f,--foreground", foreground, "stay in the foreground (haltpolld never forks; accepted for clarity)");
   app.add_flag("--check-config", check_config, "validate the configuration, print the effective one as JSON and exit");
 
@@ -39,6 +61,8 @@ int main(int argc, char** argv) {
     return rc == 0 ? ExitCode::ok : ExitCode::usage_error;
   }
   (void)foreground;
+  for (const auto& sub : subcommands)
+    if (sub.cli->parsed()) return sub.run();
 
   haltpolld::Config config;
   nlohmann::json overrides = nlohmann::json::object();
@@ -51,13 +75,13 @@ int main(int argc, char** argv) {
     if (!log_level.empty()) overrides["log"]["level"] = log_level;
     config = haltpolld::apply_config_json(overrides, config);
   } catch (const haltpolld::ConfigError& e) {
-    std::fprintf(stderr, "haltpolld: %s%s\n", e.what(),
-                 config_opt->count() == 0 ? " (use --config to name another file)" : "");
+    fmt::print(stderr, "haltpolld: {}{}\n", e.what(),
+               config_opt->count() == 0 ? " (use --config to name another file)" : "");
     return ExitCode::config_error;
   }
 
   if (check_config) {
-    std::cout << haltpolld::to_json(config).dump(2) << '\n';
+    fmt::print("{}\n", haltpolld::to_json(config).dump(2));
     return ExitCode::ok;
   }
 

@@ -10,6 +10,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace haltpoll {
 namespace {
@@ -263,14 +264,19 @@ void validate(const PolicyParams& p) {
 }  // namespace
 
 void set_policy_param(PolicyParams& params, std::string_view key, std::string_view value) {
-  auto& h = params.haltpoll;
+  bool found = false;
+  for_each_haltpoll_param([&](std::string_view name, auto member, HaltpollParamKind) {
+    if (found || key != name) return;
+    found = true;
+    auto& field = params.haltpoll.*member;
+    if constexpr (std::is_same_v<std::remove_reference_t<decltype(field)>, bool>)
+      field = parse_bool(key, value);
+    else
+      field = parse_u32(key, value);
+  });
+  if (found) return;
   auto& a = params.adaptive;
-  if (key == "guest_halt_poll_ns") h.guest_halt_poll_ns = parse_u32(key, value);
-  else if (key == "guest_halt_poll_grow") h.guest_halt_poll_grow = parse_u32(key, value);
-  else if (key == "guest_halt_poll_shrink") h.guest_halt_poll_shrink = parse_u32(key, value);
-  else if (key == "guest_halt_poll_grow_start") h.guest_halt_poll_grow_start = parse_u32(key, value);
-  else if (key == "guest_halt_poll_allow_shrink") h.guest_halt_poll_allow_shrink = parse_bool(key, value);
-  else if (key == "miss_cost_ns") params.miss_cost_ns = parse_u64(key, value);
+  if (key == "miss_cost_ns") params.miss_cost_ns = parse_u64(key, value);
   else if (key == "adaptive_half_life") a.adaptive_half_life = parse_u32(key, value, 1, 1u << 20);
   else if (key == "adaptive_recompute_every") a.adaptive_recompute_every = parse_u32(key, value, 1, 1u << 20);
   else if (key == "adaptive_budget_permille") a.adaptive_budget_permille = parse_u32(key, value, 0, 1000);
@@ -283,10 +289,11 @@ void set_policy_param(PolicyParams& params, std::string_view key, std::string_vi
 }
 
 std::vector<std::string> policy_param_names() {
-  return {"guest_halt_poll_ns",       "guest_halt_poll_grow",       "guest_halt_poll_shrink",
-          "guest_halt_poll_grow_start", "guest_halt_poll_allow_shrink", "miss_cost_ns",
-          "adaptive_half_life",       "adaptive_recompute_every",   "adaptive_budget_permille",
-          "adaptive_hysteresis_permille"};
+  std::vector<std::string> names;
+  for_each_haltpoll_param([&](const char* name, auto, HaltpollParamKind) { names.emplace_back(name); });
+  names.insert(names.end(), {"miss_cost_ns", "adaptive_half_life", "adaptive_recompute_every",
+                             "adaptive_budget_permille", "adaptive_hysteresis_permille"});
+  return names;
 }
 
 std::unique_ptr<WindowPolicy> make_window_policy(std::string_view spec, const PolicyParams& params) {

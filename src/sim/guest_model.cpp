@@ -42,14 +42,15 @@ double SimulatedGuest::draw_idle() {
 
 // drivers/cpuidle/governors/haltpoll.c: adjust_poll_limit(), after a halt only.
 void SimulatedGuest::adjust(Cpu& c, std::uint64_t block_ns, std::uint32_t cap) const {
+  const haltpoll::HaltpollParams& h = params_.haltpoll;
   if (c.poll_limit < block_ns && block_ns <= cap) {
-    std::uint32_t val = c.poll_limit * params_.grow;  // 32-bit, as in the kernel
-    if (val < params_.grow_start_ns) val = params_.grow_start_ns;
+    std::uint32_t val = c.poll_limit * h.guest_halt_poll_grow;  // 32-bit, as in the kernel
+    if (val < h.guest_halt_poll_grow_start) val = h.guest_halt_poll_grow_start;
     if (val > cap) val = cap;
     c.poll_limit = val;
-  } else if (block_ns > cap && params_.allow_shrink) {
-    std::uint32_t val = params_.shrink == 0 ? 0 : c.poll_limit / params_.shrink;
-    if (val < params_.grow_start_ns) val = 0;
+  } else if (block_ns > cap && h.guest_halt_poll_allow_shrink) {
+    std::uint32_t val = h.guest_halt_poll_shrink == 0 ? 0 : c.poll_limit / h.guest_halt_poll_shrink;
+    if (val < h.guest_halt_poll_grow_start) val = 0;
     c.poll_limit = val;
   }
 }

@@ -12,6 +12,7 @@
 
 #include "tuning/observation.hpp"
 
+#include <haltpoll/governor.hpp>
 #include <haltpoll/latency_histogram.hpp>
 
 #include <cstdint>
@@ -46,10 +47,9 @@ struct LoadModel {
 struct GuestModelParams {
   double hit_cost_ns = 1500;    // wake of a polling vCPU: no IPI, no VM exit
   double miss_cost_ns = 20000;  // wake of a halted vCPU: IPI, VM exit and entry, host scheduling
-  std::uint32_t grow = 2;
-  std::uint32_t shrink = 2;
-  std::uint32_t grow_start_ns = 50000;
-  bool allow_shrink = true;
+  // The kernel governor's grow/shrink parameters. Its guest_halt_poll_ns is not read: the cap is
+  // run()'s argument, because that is what the tuner changes from tick to tick.
+  haltpoll::HaltpollParams haltpoll;
   double steal_percent = 0;
 };
 

@@ -3,9 +3,11 @@
 #include "sim/kernel_replay.hpp"
 
 #include <CLI/CLI.hpp>
+#include <fmt/core.h>
 
 #include <charconv>
 #include <cstdio>
+#include <memory>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -87,48 +89,32 @@ nlohmann::ordered_json to_json(const SimulationResult& r) {
   };
 }
 
-int simulate_main(int argc, char** argv) {
-  CLI::App app{"haltpolld simulate: replay an idle trace (one duration in ns per line) through a window policy"};
+namespace {
+
+struct SimulateOptions {
   std::string trace_path, policy = "adaptive";
   std::vector<std::string> sets;
   std::uint64_t miss_cost_ns = 30000;
+  bool miss_cost_given = false;  // --miss-cost-ns was on the command line
   bool json = false;
-  app.add_option("--trace", trace_path, "trace file, '-' for stdin")->required();
-  app.add_option("--policy", policy, "haltpoll | adaptive | static:<ns> | oracle")->capture_default_str();
-  std::string keys;
-  for (const auto& n : haltpoll::policy_param_names()) keys += (keys.empty() ? "" : ", ") + n;
-  app.add_option("--set", sets, "policy parameter key=value (repeatable); keys: " + keys);
-  auto* miss_opt = app.add_option("--miss-cost-ns", miss_cost_ns, "cost of a miss (park + futex wake), ns")
-                       ->capture_default_str();
-  app.add_flag("--json", json, "print one JSON object");
-  std::uint32_t recording_cap_ns = 200000;
-  std::int64_t residency_bias_ns = 0;
-  app.add_option("--cap-ns", recording_cap_ns,
-                 "kernel recordings without a '# haltpoll' header: the guest_halt_poll_ns in force")
-      ->capture_default_str();
-  app.add_option("--residency-bias-ns", residency_bias_ns,
-                 "kernel recordings: subtracted from each recorded halt before the model sees it "
-                 "(perf-recorded tracepoints frame the kernel's measurement by about 1000 ns)")
-      ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? ExitCode::ok : ExitCode::usage_error;
-  }
+  std::uint32_t recording_cap_ns = 200000;  // kernel recordings without a '# haltpoll' header
+  std::int64_t residency_bias_ns = 0;       // kernel recordings: subtracted from each halt
+};
 
+int run_simulate(const SimulateOptions& o) {
   haltpoll::PolicyParams params;
   std::unique_ptr<haltpoll::WindowGovernor> governor;
   try {
-    for (const auto& s : sets) {
+    for (const auto& s : o.sets) {
       const auto eq = s.find('=');
       if (eq == std::string::npos) throw std::invalid_argument("--set " + s + ": expected key=value");
       haltpoll::set_policy_param(params, std::string_view(s).substr(0, eq), std::string_view(s).substr(eq + 1));
     }
     // --miss-cost-ns prices the model and tells the cost-aware policies; it wins over --set miss_cost_ns.
-    if (miss_opt->count() > 0) params.miss_cost_ns = miss_cost_ns;
-    governor = std::make_unique<haltpoll::WindowGovernor>(policy, params);
+    if (o.miss_cost_given) params.miss_cost_ns = o.miss_cost_ns;
+    governor = std::make_unique<haltpoll::WindowGovernor>(o.policy, params);
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "haltpolld simulate: %s\n", e.what());
+    fmt::print(stderr, "haltpolld simulate: {}\n", e.what());
     return ExitCode::usage_error;
   }
 
@@ -137,29 +123,27 @@ int simulate_main(int argc, char** argv) {
   std::string text;
   {
     std::ostringstream all;
-    if (trace_path == "-") {
+    if (o.trace_path == "-") {
       all << std::cin.rdbuf();
     } else {
-      std::ifstream in(trace_path);
+      std::ifstream in(o.trace_path);
       if (!in) {
-        std::fprintf(stderr, "haltpolld simulate: cannot open trace %s\n", trace_path.c_str());
+        fmt::print(stderr, "haltpolld simulate: cannot open trace {}\n", o.trace_path);
         return ExitCode::trace_error;
       }
       all << in.rdbuf();
     }
     text = all.str();
   }
-  const std::string shown = trace_path == "-" ? "<stdin>" : trace_path;
   SimulationResult r;
   try {
     if (looks_like_kernel_recording(text.substr(0, 4096))) {
       std::istringstream in(text);
-      const auto rec = read_kernel_recording(in, recording_cap_ns);
-      if (policy == "haltpoll") {
-        const auto a = replay_against_kernel(rec, residency_bias_ns);
-        const auto j = to_json(a, rec, residency_bias_ns);
-        if (json) std::cout << j.dump() << '\n';
-        else for (const auto& [k, v] : j.items()) std::cout << k << ": " << v.dump() << '\n';
+      const auto rec = read_kernel_recording(in, o.recording_cap_ns);
+      if (o.policy == "haltpoll") {
+        const auto j = to_json(replay_against_kernel(rec, o.residency_bias_ns), rec, o.residency_bias_ns);
+        if (o.json) fmt::print("{}\n", j.dump());
+        else for (const auto& [k, v] : j.items()) fmt::print("{}: {}\n", k, v.dump());
         return ExitCode::ok;
       }
       std::ostringstream durations;
@@ -172,17 +156,45 @@ int simulate_main(int argc, char** argv) {
       r = simulate_trace(trace, *governor, params.miss_cost_ns);
     }
   } catch (const TraceError& e) {
-    std::fprintf(stderr, "haltpolld simulate: %s: %s\n", shown.c_str(), e.what());
+    fmt::print(stderr, "haltpolld simulate: {}: {}\n", o.trace_path == "-" ? "<stdin>" : o.trace_path, e.what());
     return ExitCode::trace_error;
   }
 
   const auto j = to_json(r);
-  if (json) {
-    std::cout << j.dump() << '\n';
+  if (o.json) {
+    fmt::print("{}\n", j.dump());
   } else {
-    for (const auto& [k, v] : j.items()) std::cout << k << ": " << v.dump() << '\n';
+    for (const auto& [k, v] : j.items()) fmt::print("{}: {}\n", k, v.dump());
   }
   return ExitCode::ok;
+}
+
+}  // namespace
+
+std::function<int()> add_simulate_command(CLI::App& parent) {
+  auto* app = parent.add_subcommand(
+      "simulate", "replay an idle trace (one duration in ns per line) through a window policy and price it");
+  // The options outlive this call: CLI11 writes them during parse, the returned function reads them.
+  auto o = std::make_shared<SimulateOptions>();
+  app->add_option("--trace", o->trace_path, "trace file, '-' for stdin")->required();
+  app->add_option("--policy", o->policy, "haltpoll | adaptive | static:<ns> | oracle")->capture_default_str();
+  std::string keys;
+  for (const auto& n : haltpoll::policy_param_names()) keys += (keys.empty() ? "" : ", ") + n;
+  app->add_option("--set", o->sets, "policy parameter key=value (repeatable); keys: " + keys);
+  auto* miss_opt = app->add_option("--miss-cost-ns", o->miss_cost_ns, "cost of a miss (park + futex wake), ns")
+                       ->capture_default_str();
+  app->add_flag("--json", o->json, "print one JSON object");
+  app->add_option("--cap-ns", o->recording_cap_ns,
+                  "kernel recordings without a '# haltpoll' header: the guest_halt_poll_ns in force")
+      ->capture_default_str();
+  app->add_option("--residency-bias-ns", o->residency_bias_ns,
+                  "kernel recordings: subtracted from each recorded halt before the model sees it "
+                  "(perf-recorded tracepoints frame the kernel's measurement by about 1000 ns)")
+      ->capture_default_str();
+  return [o, miss_opt] {
+    o->miss_cost_given = miss_opt->count() > 0;
+    return run_simulate(*o);
+  };
 }
 
 }  // namespace haltpolld

@@ -1,6 +1,6 @@
 // `haltpolld simulate`: replays an idle trace through a window policy and prices the result.
 // The replay is pure (a stream of idle durations in, counters out) so tests drive it directly;
-// simulate_main adds the command line and the JSON output. Single-threaded; no shared state.
+// add_simulate_command adds the command line and the JSON output. Single-threaded; no shared state.
 //
 // Cost model: an idle period of d ns polled with window w is a hit if d <= w (it polls d ns) and a
 // miss otherwise (it polls w ns, then parks and pays the miss cost). cost = polling + misses × miss cost.
@@ -11,9 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <stdexcept>
 #include <string>
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace haltpolld {
 
@@ -46,7 +51,9 @@ SimulationResult simulate_trace(std::istream& trace, haltpoll::WindowGovernor& g
 
 nlohmann::ordered_json to_json(const SimulationResult& r);
 
-// argv[0] is "simulate". Exit codes: 0 ok, 2 usage (flags, policy, --set), 3 trace (unreadable, bad line).
-int simulate_main(int argc, char** argv);
+// Adds the `simulate` subcommand to the daemon's command line; once `parent` has parsed a command
+// line that chose it, the returned function runs it. Exit codes: 0 ok, 2 usage (policy, --set;
+// bad flags are CLI11 parse errors, which the caller maps to 2), 3 trace (unreadable, bad line).
+std::function<int()> add_simulate_command(CLI::App& parent);
 
 }  // namespace haltpolld

@@ -29,8 +29,13 @@ TEST_CASE("haltpolld --version and --help") {
   CHECK(h.code == 0);
   CHECK(h.out.find("--config") != std::string::npos);
   CHECK(h.out.find("--socket") != std::string::npos);
+  // Subcommands are listed with the daemon's options.
+  CHECK(h.out.find("Subcommands:") != std::string::npos);
+  CHECK(h.out.find("simulate") != std::string::npos);
   auto bad = run({HALTPOLLD_BIN, "--no-such-flag"});
   CHECK(bad.code == 2);
+  auto bad_sub = run({HALTPOLLD_BIN, "no-such-subcommand"});
+  CHECK(bad_sub.code == 2);
 }
 
 TEST_CASE("haltpollctl --help and --version") {

@@ -3,6 +3,12 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
 using haltpolld::Config;
 using haltpolld::ConfigError;
 using haltpolld::parse_config;
@@ -16,6 +22,21 @@ std::string error_path(const std::string& text) {
     return e.path();
   }
   return "<accepted>";
+}
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// "/socket/path" -> "socket.path", the spelling of the man page and haltpollctl.
+std::string dotted(std::string path) {
+  path.erase(0, 1);
+  for (auto& ch : path)
+    if (ch == '/') ch = '.';
+  return path;
 }
 }  // namespace
 
@@ -69,8 +90,8 @@ TEST_CASE("every documented key is accepted and range-checked") {
     "metrics": {"textfile": "/tmp/h.prom"}
   })");
   CHECK(c.pool.policy == "adaptive");
-  CHECK(c.pool.guest_halt_poll_grow == 3u);
-  CHECK_FALSE(c.pool.guest_halt_poll_allow_shrink);
+  CHECK(c.pool.haltpoll.guest_halt_poll_grow == 3u);
+  CHECK_FALSE(c.pool.haltpoll.guest_halt_poll_allow_shrink);
   CHECK(c.probe.rate_hz == 2.5);
   CHECK(c.tuner.max_ns == 1000000u);
   CHECK(c.metrics.textfile == "/tmp/h.prom");
@@ -107,4 +128,86 @@ TEST_CASE("restart-only keys, CPU expansion and the state directory") {
   CHECK(haltpolld::effective_state_dir(a) == "/run/haltpolld");
   a.state_dir = "/var/lib/h";
   CHECK(haltpolld::effective_state_dir(a) == "/var/lib/h");
+}
+
+TEST_CASE("restart-only keys come from the schema and a reload keeps exactly them") {
+  const auto& keys = haltpolld::config_key_paths();
+  const auto& restart = haltpolld::restart_only_paths();
+  REQUIRE(std::set<std::string>(keys.begin(), keys.end()).size() == keys.size());  // each key once
+  for (const auto& p : restart) CHECK(std::find(keys.begin(), keys.end(), p) != keys.end());
+  CHECK(std::find(restart.begin(), restart.end(), "/pool/guest_halt_poll_allow_shrink") != restart.end());
+  CHECK(std::find(restart.begin(), restart.end(), "/tuner/policy") == restart.end());
+
+  Config running;
+  Config file = parse_config(R"({"mode":"kernel","socket":{"path":"/run/x","max_connections":7},
+                                 "pool":{"guest_halt_poll_grow":4,"window_cap_ns":5},"tuner":{"policy":"budget"}})");
+  Config next = haltpolld::keep_restart_only(file, running);
+  CHECK(next.mode == running.mode);
+  CHECK(next.socket.path == running.socket.path);
+  CHECK(next.pool.haltpoll == running.pool.haltpoll);
+  CHECK(next.socket.max_connections == 7u);  // live keys take the file's value
+  CHECK(next.pool.window_cap_ns == 5u);
+  CHECK(next.tuner.policy == haltpolld::Policy::budget);
+  CHECK(haltpolld::restart_only_differences(running, next).empty());
+  CHECK(haltpolld::restart_only_differences(running, file) ==
+        std::vector<std::string>{"/mode", "/socket/path", "/pool/guest_halt_poll_grow"});
+}
+
+TEST_CASE("enumerated keys list their values once, for the parser and the command line") {
+  CHECK(haltpolld::config_choices("/mode") == std::vector<std::string>{"observe", "kernel"});
+  CHECK(haltpolld::config_choices("/tuner/policy") ==
+        std::vector<std::string>{"static", "latency", "budget", "balanced"});
+  CHECK(haltpolld::config_choices("/log/level").size() == 7);
+  CHECK(haltpolld::config_choices("/socket/path").empty());
+  try {
+    parse_config(R"({"tuner":{"policy":"fast"}})");
+    FAIL("accepted");
+  } catch (const ConfigError& e) {
+    CHECK(e.reason() == "\"fast\" is not one of: static, latency, budget, balanced");
+  }
+}
+
+TEST_CASE("every configuration key is in config/haltpolld.json and in haltpolld.json(5)") {
+  const auto sample =
+      nlohmann::json::parse(read_file(HALTPOLL_SOURCE_DIR "/config/haltpolld.json"), nullptr, true, true);
+  for (const auto& p : haltpolld::config_key_paths()) {
+    INFO(p);
+    CHECK(sample.contains(nlohmann::json::json_pointer(p)));
+  }
+
+  // The man page documents each key in a .TP paragraph whose tag line (.B/.BR) names it, and
+  // marks the restart-only ones "[restart]". Collect the tag lines' key names outside quotes.
+  const std::string man = read_file(HALTPOLL_SOURCE_DIR "/man/haltpolld.json.5");
+  std::map<std::string, bool> documented;  // key -> marked [restart]
+  std::istringstream lines(man.substr(man.find(".SH KEYS")));
+  std::string line, prev;
+  const std::regex key_re(R"(^[a-z_]+(\.[a-z_]+)*$)");
+  while (std::getline(lines, line)) {
+    if (prev == ".TP" && (line.starts_with(".BR ") || line.starts_with(".B "))) {
+      std::string unquoted;
+      bool quoted = false;
+      for (char ch : line.substr(line.find(' ') + 1)) {
+        if (ch == '"') quoted = !quoted;
+        else if (!quoted) unquoted += ch;
+      }
+      std::istringstream words(unquoted);
+      for (std::string w; words >> w;)
+        if (std::regex_match(w, key_re)) documented[w] = line.find("[restart]") != std::string::npos;
+    }
+    if (line.starts_with(".SH") && !line.starts_with(".SH KEYS")) break;
+    prev = line;
+  }
+  std::set<std::string> schema;
+  for (const auto& p : haltpolld::config_key_paths()) schema.insert(dotted(p));
+  std::set<std::string> restart;
+  for (const auto& p : haltpolld::restart_only_paths()) restart.insert(dotted(p));
+  for (const auto& k : schema) {
+    INFO(k);
+    REQUIRE(documented.count(k) == 1);
+    CHECK(documented[k] == (restart.count(k) == 1));
+  }
+  for (const auto& [k, marked] : documented) {
+    INFO("haltpolld.json(5) documents a key the schema does not have: " << k);
+    CHECK(schema.count(k) == 1);
+  }
 }

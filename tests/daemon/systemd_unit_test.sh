@@ -1,5 +1,5 @@
 #!/bin/sh
-# Checks systemd/haltpolld.service: `systemd-analyze verify` accepts it and
+# Checks a generated haltpolld.service (build tree or installed): `systemd-analyze verify` accepts it and
 # `systemd-analyze security --offline=yes` scores it at most MAX (2.0 by default).
 # Usage: systemd_unit_test.sh UNIT HALTPOLLD_BIN [MAX_SCORE_TIMES_10]
 set -eu
@@ -9,8 +9,10 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
 fi
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-# verify wants ExecStart to exist: point it at the binary under test.
-sed "s#/usr/sbin/haltpolld#$bin#" "$unit" > "$dir/haltpolld.service"
+# verify wants ExecStart to exist: point it at the binary under test (the unit names the
+# configured sbin directory, where nothing may be installed yet).
+grep -q '^ExecStart=/[^ ]*/haltpolld ' "$unit" || { echo "no absolute ExecStart= in $unit" >&2; exit 1; }
+sed "s#^ExecStart=/[^ ]*/haltpolld #ExecStart=$bin #" "$unit" > "$dir/haltpolld.service"
 systemd-analyze verify --man=no "$dir/haltpolld.service"
 out="$(systemd-analyze security --offline=yes "$dir/haltpolld.service" 2>&1)" || true
 echo "$out" | tail -1

@@ -107,26 +107,29 @@ void register_control_interface(varlink::Registry& registry, ControlBackend& bac
   auto name = [](const char* m) { return std::string(kInterface) + "." + m; };
   ControlBackend* b = &backend;
 
-  registry.add(Method{name("GetStatus"),
+  registry.add(Method{.name = name("GetStatus"),
+                      .signature =
                       "# Version, effective mode and why, wait backend, CPUs, uptime, kernel haltpoll state, tuner.\n"
                       "method GetStatus() -> (version: string, mode: string, mode_reason: string, backend: string,\n"
                       "  cpus: []int, uptime_seconds: float, kernel: KernelParams, controller: ?object)",
-                      false, false, [b](const Call& c, const Peer&) {
+                      .handler = [b](const Call& c, const Peer&) {
                         Reply err;
                         if (!only_known(c.parameters, {}, err)) return err;
                         return ok(b->status());
                       }});
-  registry.add(Method{name("GetStats"),
+  registry.add(Method{.name = name("GetStats"),
+                      .signature =
                       "# Per-CPU worker counters and wake-latency percentiles (buckets with histogram: true).\n"
                       "method GetStats(cpu: ?int, histogram: ?bool) -> (mode: string, uptime_seconds: float,\n"
                       "  monotonic_ns: int, kernel: KernelParams, cpus: []CpuStats)",
-                      false, false, [b](const Call& c, const Peer&) { return stats_reply(*b, c.parameters, false); }});
-  registry.add(Method{name("Watch"),
+                      .handler = [b](const Call& c, const Peer&) { return stats_reply(*b, c.parameters, false); }});
+  registry.add(Method{.name = name("Watch"),
+                      .signature =
                       "# GetStats every interval_ms (100..60000, default 1000), count times (0 = until the client\n"
                       "# hangs up). Needs \"more\": true.\n"
                       "method Watch(cpu: ?int, histogram: ?bool, interval_ms: ?int, count: ?int) -> (mode: string,\n"
                       "  uptime_seconds: float, monotonic_ns: int, kernel: KernelParams, cpus: []CpuStats)",
-                      false, true, [b](const Call& c, const Peer&) {
+                      .streaming = true, .handler = [b](const Call& c, const Peer&) {
                         Reply err;
                         std::optional<std::uint64_t> interval, count;
                         if (!optional_uint(c.parameters, "interval_ms", interval, kWatchMinIntervalMs, kWatchMaxIntervalMs, err) ||
@@ -138,18 +141,20 @@ void register_control_interface(varlink::Registry& registry, ControlBackend& bac
                         r.next_after_ms = static_cast<unsigned>(interval.value_or(kWatchDefaultIntervalMs));
                         return r;
                       }});
-  registry.add(Method{name("GetConfig"),
+  registry.add(Method{.name = name("GetConfig"),
+                      .signature =
                       "# The running configuration, the file it came from and the keys that need a restart.\n"
                       "method GetConfig() -> (config: object, file: string, restart_only: []string)",
-                      false, false, [b](const Call& c, const Peer&) {
+                      .handler = [b](const Call& c, const Peer&) {
                         Reply err;
                         if (!only_known(c.parameters, {}, err)) return err;
                         return ok({{"config", to_json(b->config())}, {"file", b->config_file()}, {"restart_only", restart_only_paths()}});
                       }});
-  registry.add(Method{name("SetConfig"),
+  registry.add(Method{.name = name("SetConfig"),
+                      .signature =
                       "# Applies a partial configuration (same shape as the file) atomically; not persisted.\n"
                       "method SetConfig(config: object) -> (config: object)",
-                      true, false, [b](const Call& c, const Peer&) {
+                      .admin_only = true, .handler = [b](const Call& c, const Peer&) {
                         Reply err;
                         if (!only_known(c.parameters, {"config"}, err)) return err;
                         auto it = c.parameters.find("config");
@@ -165,10 +170,11 @@ void register_control_interface(varlink::Registry& registry, ControlBackend& bac
                           return refused(e);
                         }
                       }});
-  registry.add(Method{name("Reload"),
+  registry.add(Method{.name = name("Reload"),
+                      .signature =
                       "# Re-reads the config file (as SIGHUP does). A refused file leaves the running config.\n"
                       "method Reload() -> (config: object, file: string, restart_required: []string)",
-                      true, false, [b](const Call& c, const Peer&) {
+                      .admin_only = true, .handler = [b](const Call& c, const Peer&) {
                         Reply err;
                         if (!only_known(c.parameters, {}, err)) return err;
                         try {
@@ -178,27 +184,30 @@ void register_control_interface(varlink::Registry& registry, ControlBackend& bac
                           return refused(e, b->config_file());
                         }
                       }});
-  registry.add(Method{name("ResetStats"), "# Zeroes the per-CPU counters and histograms.\nmethod ResetStats() -> ()", true,
-                      false, [b](const Call& c, const Peer&) {
+  registry.add(Method{.name = name("ResetStats"),
+                      .signature = "# Zeroes the per-CPU counters and histograms.\nmethod ResetStats() -> ()",
+                      .admin_only = true, .handler = [b](const Call& c, const Peer&) {
                         Reply err;
                         if (!only_known(c.parameters, {}, err)) return err;
                         b->reset_stats();
                         return ok(json::object());
                       }});
-  registry.add(Method{name("GetDecisions"),
+  registry.add(Method{.name = name("GetDecisions"),
+                      .signature =
                       "# The tuner's latest decisions, newest last (limit: at most this many, default all).\n"
                       "method GetDecisions(limit: ?int) -> (decisions: []object)",
-                      false, false, [b](const Call& c, const Peer&) {
+                      .handler = [b](const Call& c, const Peer&) {
                         Reply err;
                         std::optional<std::uint64_t> limit;
                         if (!only_known(c.parameters, {"limit"}, err) || !optional_uint(c.parameters, "limit", limit, 0, 1000000, err))
                           return err;
                         return ok({{"decisions", b->decisions(static_cast<std::size_t>(limit.value_or(0)))}});
                       }});
-  registry.add(Method{name("GetMetrics"),
+  registry.add(Method{.name = name("GetMetrics"),
+                      .signature =
                       "# Prometheus text exposition (format 0.0.4) of every metric.\n"
                       "method GetMetrics() -> (text: string)",
-                      false, false, [b](const Call& c, const Peer&) {
+                      .handler = [b](const Call& c, const Peer&) {
                         Reply err;
                         if (!only_known(c.parameters, {}, err)) return err;
                         return ok({{"text", render_prometheus(b->stats())}});

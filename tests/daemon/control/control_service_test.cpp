@@ -117,7 +117,7 @@ TEST_CASE("io.haltpolld changes need admin, are validated and atomic") {
   auto bad = f.call("SetConfig", {{"config", {{"tuner", {{"interval_ms", 500}, {"policy", "fast"}}}}}}, true);
   CHECK(bad.error == errors::config_refused);
   CHECK(bad.parameters["path"] == "/tuner/policy");
-  CHECK(f.backend.cfg.tuner.policy == "balanced");
+  CHECK(f.backend.cfg.tuner.policy == haltpolld::Policy::balanced);
 
   auto restart = f.call("SetConfig", {{"config", {{"cpus", "0"}}}}, true);
   CHECK(restart.error == errors::restart_required);

@@ -15,6 +15,7 @@
 #include "bench_common.hpp"
 #include "haltpoll/barrier.hpp"
 #include "haltpoll/clock.hpp"
+#include "json_writer.hpp"
 
 #include <pthread.h>
 #include <sched.h>
@@ -22,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -277,36 +279,41 @@ BackendResult run_backend(BarrierBackend b, bool full, const Stopwatch& sw) {
   return r;
 }
 
+// Rounded to what the clock can resolve: whole ns, clock reads per µs to 3 decimals.
+double r0(double v) { return std::round(v); }
+double r3(double v) { return std::round(v * 1000) / 1000; }
+
 std::string overshoot_json(const std::vector<Overshoot>& os) {
-  std::string s = "{";
-  char buf[768];
-  for (std::size_t i = 0; i < os.size(); ++i) {
-    std::snprintf(buf, sizeof buf,
-                  "%s\"%lld\": {\"p50_ns\": %.0f, \"p99_ns\": %.0f, \"max_ns\": %.0f, \"clock_reads_per_us\": %.3f, "
-                  "\"preempted\": %d, \"host_interrupted\": %d, \"quiet_p50_ns\": %.0f, \"quiet_p99_ns\": %.0f, "
-                  "\"quiet_clock_reads_per_us\": %.3f, \"reference_p50_ns\": %.0f, \"reference_p99_ns\": %.0f, "
-                  "\"quiet_past_deadline_p99_ns\": %.0f}",
-                  i ? ", " : "", static_cast<long long>(os[i].timeout_ns), os[i].p50, os[i].p99, os[i].max,
-                  os[i].clock_reads_per_us, os[i].preempted, os[i].host_interrupted, os[i].quiet_p50, os[i].quiet_p99,
-                  os[i].quiet_clock_reads_per_us, os[i].reference_p50, os[i].reference_p99, os[i].quiet_past_deadline_p99);
-    s += buf;
+  benchutil::JsonObject by_timeout;
+  for (const Overshoot& o : os) {
+    by_timeout.raw(std::to_string(o.timeout_ns), benchutil::JsonObject()
+                                                     .num("p50_ns", r0(o.p50))
+                                                     .num("p99_ns", r0(o.p99))
+                                                     .num("max_ns", r0(o.max))
+                                                     .num("clock_reads_per_us", r3(o.clock_reads_per_us))
+                                                     .num("preempted", o.preempted)
+                                                     .num("host_interrupted", o.host_interrupted)
+                                                     .num("quiet_p50_ns", r0(o.quiet_p50))
+                                                     .num("quiet_p99_ns", r0(o.quiet_p99))
+                                                     .num("quiet_clock_reads_per_us", r3(o.quiet_clock_reads_per_us))
+                                                     .num("reference_p50_ns", r0(o.reference_p50))
+                                                     .num("reference_p99_ns", r0(o.reference_p99))
+                                                     .num("quiet_past_deadline_p99_ns", r0(o.quiet_past_deadline_p99))
+                                                     .done());
   }
-  return s + "}";
+  return by_timeout.done();
 }
 
 // The backend's stated overshoot bound (barrier.hpp: its wait granularity plus the clock read that
 // ends the wait) and whether every timeout's quiet p99 past the deadline kept it; null where there
 // is none (sched_yield).
-std::string bound_json(const BackendResult& r, double read_ns) {
+benchutil::JsonObject& add_bound(benchutil::JsonObject& j, const BackendResult& r, double read_ns) {
   const std::int64_t granularity = haltpoll::overshoot_bound_ns(r.backend);
-  if (granularity < 0) return "\"overshoot_bound_ns\": null, \"quiet_p99_within_bound\": null";
+  if (granularity < 0) return j.raw("overshoot_bound_ns", "null").raw("quiet_p99_within_bound", "null");
   const double bound = static_cast<double>(granularity) + read_ns;
   bool within = true;
   for (const Overshoot& o : r.overshoot) within = within && o.quiet_past_deadline_p99 <= bound;
-  char buf[128];
-  std::snprintf(buf, sizeof buf, "\"overshoot_bound_ns\": %.0f, \"quiet_p99_within_bound\": %s", bound,
-                within ? "true" : "false");
-  return buf;
+  return j.num("overshoot_bound_ns", r0(bound)).boolean("quiet_p99_within_bound", within);
 }
 
 // Steal ticks (time the host ran something else on our vCPUs) on CPUs 0 and 1, and all their ticks:
@@ -394,30 +401,42 @@ int main() {
     quiet_p50 = std::max(quiet_p50, o.quiet_p50);
     quiet_p99 = std::max(quiet_p99, o.quiet_p99);
   }
-  std::printf("{\"bench\": \"barrier\", \"backend\": \"%s\", \"clock_source\": \"%s\", \"pinned\": %s,\n",
-              haltpoll::to_string(def), haltpoll::clock_source_name(), pinned ? "true" : "false");
-  std::printf(" \"clock_read_ns\": %.1f, \"relaxes_per_us\": %u, \"loadavg_1min\": %.2f, \"steal_pct_cpu01\": %.1f,\n"
-              " \"env_gaps_over_20us_per_s\": %.1f, \"env_gap_max_us\": %.0f,\n",
-              read_ns, haltpoll::relaxes_per_us(), load_average(), steal_pct, gaps.over_20us_per_s, gaps.max_us);
-  std::printf(" \"raw_spin_p50_ns\": %.1f, \"raw_spin_p99_ns\": %.1f, \"barrier_p50_ns\": %.1f, \"barrier_p99_ns\": %.1f,"
-              " \"barrier_over_raw_p50\": %.3f, \"handoff_samples\": %zu,\n",
-              main_result.raw_p50, main_result.raw_p99, main_result.barrier_p50, main_result.barrier_p99,
-              main_result.raw_p50 > 0 ? main_result.barrier_p50 / main_result.raw_p50 : 0.0, main_result.barrier_samples);
-  std::printf(" \"overshoot_p50_ns\": %.0f, \"overshoot_p99_ns\": %.0f, \"overshoot_quiet_p50_ns\": %.0f,"
-              " \"overshoot_quiet_p99_ns\": %.0f, \"clock_reads_per_us\": %.3f, \"quiet_clock_reads_per_us\": %.3f,\n",
-              over_p50, over_p99, quiet_p50, quiet_p99, main_result.overshoot.back().clock_reads_per_us,
-              main_result.overshoot.back().quiet_clock_reads_per_us);
-  std::printf(" \"overshoot_reference_p99_ns\": %.0f,\n", ref_p99);
-  std::printf(" \"overshoot_by_timeout_ns\": %s,\n", overshoot_json(main_result.overshoot).c_str());
-  std::printf(" %s,\n", bound_json(main_result, read_ns).c_str());
-  std::printf(" \"other_backends\": {");
-  for (std::size_t i = 0; i < others.size(); ++i) {
-    const BackendResult& r = others[i];
-    std::printf("%s\n  \"%s\": {\"raw_spin_p50_ns\": %.1f, \"barrier_p50_ns\": %.1f, \"barrier_p99_ns\": %.1f, "
-                "\"handoff_samples\": %zu, \"overshoot_by_timeout_ns\": %s, %s}",
-                i ? "," : "", haltpoll::to_string(r.backend), r.raw_p50, r.barrier_p50, r.barrier_p99, r.barrier_samples,
-                overshoot_json(r.overshoot).c_str(), bound_json(r, read_ns).c_str());
+  const auto r1 = [](double v) { return std::round(v * 10) / 10; };
+  benchutil::JsonObject others_json;
+  for (const BackendResult& r : others) {
+    benchutil::JsonObject one;
+    one.num("raw_spin_p50_ns", r1(r.raw_p50))
+        .num("barrier_p50_ns", r1(r.barrier_p50))
+        .num("barrier_p99_ns", r1(r.barrier_p99))
+        .integer("handoff_samples", r.barrier_samples)
+        .raw("overshoot_by_timeout_ns", overshoot_json(r.overshoot));
+    others_json.raw(haltpoll::to_string(r.backend), add_bound(one, r, read_ns).done());
   }
-  std::printf("}}\n");
+  benchutil::JsonObject headline;
+  headline.str("bench", "barrier")
+      .str("backend", haltpoll::to_string(def))
+      .str("clock_source", haltpoll::clock_source_name())
+      .boolean("pinned", pinned)
+      .num("clock_read_ns", r1(read_ns))
+      .num("relaxes_per_us", haltpoll::relaxes_per_us())
+      .num("loadavg_1min", std::round(load_average() * 100) / 100)
+      .num("steal_pct_cpu01", r1(steal_pct))
+      .num("env_gaps_over_20us_per_s", r1(gaps.over_20us_per_s))
+      .num("env_gap_max_us", r0(gaps.max_us))
+      .num("raw_spin_p50_ns", r1(main_result.raw_p50))
+      .num("raw_spin_p99_ns", r1(main_result.raw_p99))
+      .num("barrier_p50_ns", r1(main_result.barrier_p50))
+      .num("barrier_p99_ns", r1(main_result.barrier_p99))
+      .num("barrier_over_raw_p50", r3(main_result.raw_p50 > 0 ? main_result.barrier_p50 / main_result.raw_p50 : 0.0))
+      .integer("handoff_samples", main_result.barrier_samples)
+      .num("overshoot_p50_ns", r0(over_p50))
+      .num("overshoot_p99_ns", r0(over_p99))
+      .num("overshoot_quiet_p50_ns", r0(quiet_p50))
+      .num("overshoot_quiet_p99_ns", r0(quiet_p99))
+      .num("clock_reads_per_us", r3(main_result.overshoot.back().clock_reads_per_us))
+      .num("quiet_clock_reads_per_us", r3(main_result.overshoot.back().quiet_clock_reads_per_us))
+      .num("overshoot_reference_p99_ns", r0(ref_p99))
+      .raw("overshoot_by_timeout_ns", overshoot_json(main_result.overshoot));
+  add_bound(headline, main_result, read_ns).raw("other_backends", others_json.done()).print();
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "bench_common.hpp"
 #include "haltpoll/arch/select.hpp"
 #include "haltpoll/clock.hpp"
+#include "json_writer.hpp"
 
 #include <pthread.h>
 #include <sched.h>
@@ -22,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
@@ -146,7 +148,7 @@ std::int64_t p50(std::vector<std::int64_t> v) {
 int main() {
   const std::vector<int> cpus = benchutil::affinity_cpus();
   if (cpus.size() < 2) {
-    std::printf("{\"error\": \"needs two CPUs\"}\n");
+    benchutil::JsonObject().str("error", "needs two CPUs").print();
     return 1;
   }
   monotonic_ns();
@@ -156,14 +158,13 @@ int main() {
     for (int i = 0; i < 4; ++i) run(modes[i], cpus[0], cpus[1], 50000, samples[i]);
   }
   const double raw = static_cast<double>(std::max<std::int64_t>(p50(samples[0]), 1));
-  std::string json = "{\"bench\": \"handoff_floor\", \"clock_source\": \"" + std::string(haltpoll::clock_source_name()) + "\"";
+  benchutil::JsonObject json;
+  json.str("bench", "handoff_floor").str("clock_source", haltpoll::clock_source_name());
   for (int i = 0; i < 4; ++i) {
     const std::int64_t p = p50(samples[i]);
-    char buf[160];
-    std::snprintf(buf, sizeof buf, ", \"%s_p50_ns\": %lld, \"%s_over_raw\": %.2f", name(modes[i]),
-                  static_cast<long long>(p), name(modes[i]), static_cast<double>(p) / raw);
-    json += buf;
+    json.num(std::string(name(modes[i])) + "_p50_ns", static_cast<double>(p));
+    json.num(std::string(name(modes[i])) + "_over_raw", std::round(static_cast<double>(p) / raw * 100) / 100);
   }
-  std::printf("%s}\n", json.c_str());
+  json.print();
   return 0;
 }

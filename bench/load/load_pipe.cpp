@@ -8,12 +8,14 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 
+#include "json_writer.hpp"
 #include "load_common.hpp"
 
 namespace {
@@ -62,10 +64,14 @@ int main(int argc, char** argv) {
   echo.join();
   const double secs = std::chrono::duration<double>(t1 - t0).count();
   const double cpu = cpu_seconds() - cpu0;
-  std::printf(
-      "{\"bench\":\"load_pipe\",\"loops\":%ld,\"pinned\":%s,\"total_s\":%.6f,\"us_per_op\":%.3f,"
-      "\"ops_per_s\":%.0f,\"process_cpu_percent\":%.1f}\n",
-      loops, do_pin ? "true" : "false", secs, secs * 1e6 / static_cast<double>(loops),
-      static_cast<double>(loops) / secs, 100.0 * cpu / secs);
+  benchutil::JsonObject()
+      .str("bench", "load_pipe")
+      .num("loops", static_cast<double>(loops))
+      .boolean("pinned", do_pin)
+      .num("total_s", secs)
+      .num("us_per_op", secs * 1e6 / static_cast<double>(loops))
+      .num("ops_per_s", std::round(static_cast<double>(loops) / secs))
+      .num("process_cpu_percent", 100.0 * cpu / secs)
+      .print();
   return 0;
 }

@@ -18,6 +18,7 @@
 #include "haltpoll/clock.hpp"
 #include "haltpoll/latency_histogram.hpp"
 #include "haltpoll/worker_pool.hpp"
+#include "json_writer.hpp"
 
 #if HALTPOLL_BENCH_HAVE_ASIO
 #include <boost/asio/executor_work_guard.hpp>
@@ -78,41 +79,7 @@ std::string read_first_line(const char* path) {
   return line;
 }
 
-// ---------------------------------------------------------------------------------------------
-// JSON output (flat keys, plus the sweep as an array).
-
-struct Json {
-  std::string body;
-  void key(const std::string& k) {
-    body += body.empty() ? "{" : ",";
-    body += "\"" + k + "\":";
-  }
-  void num(const std::string& k, double v) {
-    key(k);
-    char buf[64];
-    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
-      std::snprintf(buf, sizeof buf, "%.0f", v);
-    } else if (std::isfinite(v)) {
-      std::snprintf(buf, sizeof buf, "%.6g", v);
-    } else {
-      std::snprintf(buf, sizeof buf, "null");
-    }
-    body += buf;
-  }
-  void str(const std::string& k, const std::string& v) {
-    key(k);
-    body += "\"" + v + "\"";
-  }
-  void boolean(const std::string& k, bool v) {
-    key(k);
-    body += v ? "true" : "false";
-  }
-  void raw(const std::string& k, const std::string& v) {
-    key(k);
-    body += v;
-  }
-  std::string done() const { return body.empty() ? "{}" : body + "}"; }
-};
+using Json = benchutil::JsonObject;
 
 // ---------------------------------------------------------------------------------------------
 // Ping-pong. A mechanism provides a ping side (measures) and a pong side (echoes). Both run until
@@ -500,7 +467,7 @@ int main(int argc, char** argv) {
   const std::vector<int> cpus = affinity_cpus();
   if (cpus.size() < 2) {
     j.str("error", "needs at least two CPUs in the affinity mask");
-    std::printf("%s\n", j.done().c_str());
+    j.print();
     return 1;
   }
   const int a = cpus[0], b = cpus[1];
@@ -574,7 +541,7 @@ int main(int argc, char** argv) {
       points.push_back(sweep_point(a, b, policy, 10000, 1.5));
       points.push_back(sweep_point(a, b, policy, 100000, 1.0));
     }
-    std::string arr = "[";
+    benchutil::JsonArray arr;
     for (const auto& p : points) {
       Json e;
       e.str("policy", p.policy);
@@ -588,15 +555,14 @@ int main(int argc, char** argv) {
       e.num("worker_cpu_pct", p.worker_cpu_pct);
       e.num("poll_hit_ratio", p.poll_hit_ratio);
       e.num("window_ns", static_cast<double>(p.window_ns));
-      arr += (arr.size() > 1 ? "," : "") + e.done();
+      arr.add(e);
       const std::string prefix = "sweep_" + p.policy + "_" + std::to_string(static_cast<int>(p.rate)) + "_";
       j.num(prefix + "p50_ns", static_cast<double>(p.p50));
       j.num(prefix + "p99_ns", static_cast<double>(p.p99));
       j.num(prefix + "cpu_ns_per_wake", std::round(p.cpu_ns_per_wake));
       j.num(prefix + "poll_cpu_pct", p.poll_cpu_pct);
     }
-    arr += "]";
-    j.raw("sweep", arr);
+    j.raw("sweep", arr.done());
   }
 
   // Targets of issue 4, evaluated on this run.
@@ -615,6 +581,6 @@ int main(int argc, char** argv) {
     if (p.policy == "adaptive" && p.rate == 1000) t.boolean("adaptive_1k_poll_cpu_le_5pct", p.poll_cpu_pct <= 5.0);
   }
   j.raw("targets", t.done());
-  std::printf("%s\n", j.done().c_str());
+  j.print();
   return 0;
 }

@@ -9,12 +9,14 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "json_writer.hpp"
 #include "load_common.hpp"
 
 namespace {
@@ -66,10 +68,15 @@ int main(int argc, char** argv) {
   };
   double sum = 0;
   for (auto v : late) sum += static_cast<double>(v);
-  std::printf(
-      "{\"bench\":\"load_timer\",\"period_us\":%.1f,\"wakeups\":%zu,\"late_mean_us\":%.2f,\"late_p50_us\":%.2f,"
-      "\"late_p99_us\":%.2f,\"late_max_us\":%.2f,\"process_cpu_percent\":%.1f}\n",
-      period_us, late.size(), sum / static_cast<double>(late.size()) / 1e3, pct(50), pct(99),
-      static_cast<double>(late.back()) / 1e3, 100.0 * cpu_s / secs);
+  benchutil::JsonObject()
+      .str("bench", "load_timer")
+      .num("period_us", period_us)
+      .integer("wakeups", late.size())
+      .num("late_mean_us", sum / static_cast<double>(late.size()) / 1e3)
+      .num("late_p50_us", pct(50))
+      .num("late_p99_us", pct(99))
+      .num("late_max_us", static_cast<double>(late.back()) / 1e3)
+      .num("process_cpu_percent", 100.0 * cpu_s / secs)
+      .print();
   return 0;
 }

@@ -2,6 +2,7 @@
 // heavy-tailed sequence of durations (so the adaptive policy misses and recomputes often).
 // Prints one JSON object: <policy>_record_ns for haltpoll, adaptive, static and oracle.
 #include "haltpoll/governor.hpp"
+#include "json_writer.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -23,7 +24,7 @@ int main() {
     const double u = (static_cast<double>(x >> 11) + 0.5) * 0x1p-53;
     d = static_cast<std::uint64_t>(4000.0 / std::pow(u, 1.0 / 0.8));  // Pareto x_m 4 µs, α 0.8
   }
-  std::string out = "{";
+  benchutil::JsonObject out;
   for (const char* spec : {"haltpoll", "adaptive", "static:50000", "oracle"}) {
     haltpoll::WindowGovernor g(spec);
     std::uint64_t sink = 0;
@@ -41,10 +42,8 @@ int main() {
     }
     std::string name(spec);
     name = name.substr(0, name.find(':'));
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "%s\"%s_record_ns\":%.2f", out.size() > 1 ? "," : "", name.c_str(), best);
-    out += buf;
+    out.num(name + "_record_ns", std::round(best * 100) / 100);
     if (sink == 42) std::puts("");  // keep the loop
   }
-  std::printf("%s,\"periods\":%zu}\n", out.c_str(), n);
+  out.integer("periods", n).print();
 }

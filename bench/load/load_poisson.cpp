@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "json_writer.hpp"
 #include "load_common.hpp"
 
 namespace {
@@ -111,9 +113,14 @@ int main(int argc, char** argv) {
   };
   double sum = 0;
   for (auto v : rtt) sum += static_cast<double>(v);
-  std::printf(
-      "{\"bench\":\"load_poisson\",\"rate_per_s\":%.0f,\"requests\":%zu,\"work_us\":%.1f,\"rtt_mean_us\":%.2f,"
-      "\"rtt_p50_us\":%.2f,\"rtt_p99_us\":%.2f}\n",
-      rate, rtt.size(), work_us, sum / static_cast<double>(rtt.size()) / 1e3, pct(50), pct(99));
+  benchutil::JsonObject()
+      .str("bench", "load_poisson")
+      .num("rate_per_s", std::round(rate))
+      .integer("requests", rtt.size())
+      .num("work_us", work_us)
+      .num("rtt_mean_us", sum / static_cast<double>(rtt.size()) / 1e3)
+      .num("rtt_p50_us", pct(50))
+      .num("rtt_p99_us", pct(99))
+      .print();
   return 0;
 }

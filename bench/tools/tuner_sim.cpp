@@ -1,4 +1,4 @@
-// tuner_sim: the tuner in closed loop with the simulated haltpoll guest (src/daemon/guest_model),
+// tuner_sim: the tuner in closed loop with the simulated haltpoll guest (src/sim/guest_model),
 // for the evaluation loads (pipe, 150 µs timer, Poisson server, idle) and the settings static 0,
 // 50000, 200000, balanced and budget (10 %). Each run simulates `ticks` ticks of 100 ms on 2 vCPUs
 // and reports, over the second half, the wake latency (p50, p90 of the model) and the busiest CPU's
@@ -7,6 +7,9 @@
 #include "sim/guest_model.hpp"
 #include "tuning/tuner.hpp"
 
+#include "json_writer.hpp"
+
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -35,8 +38,7 @@ int main(int argc, char** argv) {
   budget.max_poll_cpu_percent = 10;
   settings.push_back({"budget_10", budget, 200000});
 
-  std::printf("{\"bench\":\"tuner_sim\",\"tick_ms\":100,\"ticks\":%d,\"rows\":[", ticks);
-  bool first = true;
+  benchutil::JsonArray rows;
   for (const LoadModel& load :
        {LoadModel::pipe(), LoadModel::timer_150us(), LoadModel::poisson_server(), LoadModel::idle_guest()}) {
     for (const auto& s : settings) {
@@ -56,14 +58,17 @@ int main(int argc, char** argv) {
           ++n;
         }
       }
-      std::printf(
-          "%s{\"load\":\"%s\",\"setting\":\"%s\",\"p50_us\":%.2f,\"p90_us\":%.2f,\"poll_cpu_percent\":%.2f,"
-          "\"mean_guest_halt_poll_ns\":%.0f,\"final_guest_halt_poll_ns\":%u,\"changes\":%d}",
-          first ? "" : ",", load.name.c_str(), s.name.c_str(), p50 / n / 1e3, p90 / n / 1e3, cpu / n, value / n,
-          tuner.current_ns(), changes);
-      first = false;
+      rows.add(benchutil::JsonObject()
+                   .str("load", load.name)
+                   .str("setting", s.name)
+                   .num("p50_us", p50 / n / 1e3)
+                   .num("p90_us", p90 / n / 1e3)
+                   .num("poll_cpu_percent", cpu / n)
+                   .num("mean_guest_halt_poll_ns", std::round(value / n))
+                   .integer("final_guest_halt_poll_ns", tuner.current_ns())
+                   .num("changes", changes));
     }
   }
-  std::printf("]}\n");
+  benchutil::JsonObject().str("bench", "tuner_sim").num("tick_ms", 100).num("ticks", ticks).raw("rows", rows.done()).print();
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "haltpoll/clock.hpp"
 #include "haltpoll/hazard.hpp"
 #include "haltpoll/snapshot.hpp"
+#include "json_writer.hpp"
 
 #include <urcu/urcu-memb.h>
 
@@ -23,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -329,34 +331,43 @@ int main() {
 
   const auto stats = haltpoll::hazard_stats();
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-  std::printf("{\"bench\":\"hazard\",\"cpus\":%d,\"readers\":%d,\"clock\":\"%s\","
-              "\"timer_overhead_ns\":%lld,",
-              readers, readers, haltpoll::clock_source_name(), static_cast<long long>(timer_overhead_ns));
-  std::printf("\"guard_ns\":%.2f,\"raw_guard_ns\":%.2f,\"urcu_read_ns\":%.2f,"
-              "\"atomic_shared_ptr_load_ns\":%.2f,",
-              symmetric.guard_ns, symmetric.raw_guard_ns, urcu_read_ns, atomic_shared_ptr_load_ns);
-  std::printf("\"synchronize_p50_ns\":%.0f,\"synchronize_p99_ns\":%.0f,\"synchronize_samples\":%zu,",
-              symmetric.idle.p50, symmetric.idle.p99, symmetric.idle.samples);
-  std::printf("\"synchronize_busy_p50_ns\":%.0f,\"synchronize_busy_p99_ns\":%.0f,"
-              "\"synchronize_busy_samples\":%zu,",
-              symmetric.busy.p50, symmetric.busy.p99, symmetric.busy.samples);
-  std::printf("\"urcu_synchronize_p50_ns\":%.0f,\"urcu_synchronize_p99_ns\":%.0f,"
-              "\"urcu_synchronize_samples\":%zu,",
-              urcu_idle.p50, urcu_idle.p99, urcu_idle.samples);
-  std::printf("\"urcu_synchronize_busy_p50_ns\":%.0f,\"urcu_synchronize_busy_p99_ns\":%.0f,"
-              "\"urcu_synchronize_busy_samples\":%zu,",
-              urcu_busy.p50, urcu_busy.p99, urcu_busy.samples);
-  std::printf("\"asymmetric_available\":%s,\"guard_asym_ns\":%.2f,\"raw_guard_asym_ns\":%.2f,"
-              "\"synchronize_asym_p50_ns\":%.0f,\"synchronize_asym_p99_ns\":%.0f,"
-              "\"synchronize_asym_busy_p50_ns\":%.0f,\"synchronize_asym_busy_p99_ns\":%.0f,",
-              asym ? "true" : "false", asymmetric.guard_ns, asymmetric.raw_guard_ns,
-              asymmetric.idle.p50, asymmetric.idle.p99, asymmetric.busy.p50, asymmetric.busy.p99);
-  std::printf("\"urcu_over_hazard_synchronize_p50\":%.1f,\"urcu_over_hazard_synchronize_busy_p50\":%.1f,"
-              "\"atomic_shared_ptr_over_guard\":%.1f,",
-              ratio(urcu_idle.p50, symmetric.idle.p50), ratio(urcu_busy.p50, symmetric.busy.p50),
-              ratio(atomic_shared_ptr_load_ns, symmetric.guard_ns));
-  std::printf("\"synchronize_waits\":%llu,\"synchronize_sleeps\":%llu,\"slots_allocated\":%zu}\n",
-              static_cast<unsigned long long>(stats.synchronize_waits),
-              static_cast<unsigned long long>(stats.synchronize_sleeps), stats.slots_allocated);
+  const auto r1 = [](double v) { return std::round(v * 10) / 10; };
+  const auto r2 = [](double v) { return std::round(v * 100) / 100; };
+  benchutil::JsonObject()
+      .str("bench", "hazard")
+      .num("cpus", readers)
+      .num("readers", readers)
+      .str("clock", haltpoll::clock_source_name())
+      .num("timer_overhead_ns", static_cast<double>(timer_overhead_ns))
+      .num("guard_ns", r2(symmetric.guard_ns))
+      .num("raw_guard_ns", r2(symmetric.raw_guard_ns))
+      .num("urcu_read_ns", r2(urcu_read_ns))
+      .num("atomic_shared_ptr_load_ns", r2(atomic_shared_ptr_load_ns))
+      .num("synchronize_p50_ns", std::round(symmetric.idle.p50))
+      .num("synchronize_p99_ns", std::round(symmetric.idle.p99))
+      .integer("synchronize_samples", symmetric.idle.samples)
+      .num("synchronize_busy_p50_ns", std::round(symmetric.busy.p50))
+      .num("synchronize_busy_p99_ns", std::round(symmetric.busy.p99))
+      .integer("synchronize_busy_samples", symmetric.busy.samples)
+      .num("urcu_synchronize_p50_ns", std::round(urcu_idle.p50))
+      .num("urcu_synchronize_p99_ns", std::round(urcu_idle.p99))
+      .integer("urcu_synchronize_samples", urcu_idle.samples)
+      .num("urcu_synchronize_busy_p50_ns", std::round(urcu_busy.p50))
+      .num("urcu_synchronize_busy_p99_ns", std::round(urcu_busy.p99))
+      .integer("urcu_synchronize_busy_samples", urcu_busy.samples)
+      .boolean("asymmetric_available", asym)
+      .num("guard_asym_ns", r2(asymmetric.guard_ns))
+      .num("raw_guard_asym_ns", r2(asymmetric.raw_guard_ns))
+      .num("synchronize_asym_p50_ns", std::round(asymmetric.idle.p50))
+      .num("synchronize_asym_p99_ns", std::round(asymmetric.idle.p99))
+      .num("synchronize_asym_busy_p50_ns", std::round(asymmetric.busy.p50))
+      .num("synchronize_asym_busy_p99_ns", std::round(asymmetric.busy.p99))
+      .num("urcu_over_hazard_synchronize_p50", r1(ratio(urcu_idle.p50, symmetric.idle.p50)))
+      .num("urcu_over_hazard_synchronize_busy_p50", r1(ratio(urcu_busy.p50, symmetric.busy.p50)))
+      .num("atomic_shared_ptr_over_guard", r1(ratio(atomic_shared_ptr_load_ns, symmetric.guard_ns)))
+      .integer("synchronize_waits", stats.synchronize_waits)
+      .integer("synchronize_sleeps", stats.synchronize_sleeps)
+      .integer("slots_allocated", stats.slots_allocated)
+      .print();
   return 0;
 }

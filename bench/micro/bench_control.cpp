@@ -2,9 +2,9 @@
 // sysfs root): GetStats round-trip latency with 100 connected clients (one call in flight, and
 // all 100 at once), then the daemon's idle CPU and memory. Prints one JSON object.
 //   bench_control [idle_seconds=10] [rounds=50]
+#include "json_writer.hpp"
 #include "subprocess.hpp"
 
-#include <nlohmann/json.hpp>
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -16,7 +16,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -142,20 +141,31 @@ int main(int argc, char** argv) {
   int rc = d.wait(20s);
   std::filesystem::remove_all(dir);
 
-  nlohmann::json out = {
-      {"bench", "control"},
-      {"clients", kClients},
-      {"getstats_reply_bytes", reply_bytes},
-      {"getstats_sequential_us", {{"samples", sequential_us.size()}, {"p50", percentile(sequential_us, 0.5)},
-                                  {"p99", percentile(sequential_us, 0.99)}, {"max", percentile(sequential_us, 1.0)}}},
-      {"getstats_burst100_us", {{"samples", burst_us.size()}, {"p50", percentile(burst_us, 0.5)},
-                                {"p99", percentile(burst_us, 0.99)}, {"max", percentile(burst_us, 1.0)}}},
-      {"idle_seconds", wall},
-      {"idle_cpu_percent_of_one_cpu", idle_cpu_percent},
-      {"rss_kib", rss},
-      {"rss_peak_kib", hwm},
-      {"daemon_exit_code", rc},
-      {"targets", {{"getstats_p99_us_max", 1000}, {"idle_cpu_percent_max", 1.0}, {"rss_kib_max", 20480}}}};
-  std::cout << out.dump() << std::endl;
+  using benchutil::JsonObject;
+  auto latencies = [](const std::vector<double>& us) {
+    return JsonObject()
+        .integer("samples", us.size())
+        .num("p50", percentile(us, 0.5))
+        .num("p99", percentile(us, 0.99))
+        .num("max", percentile(us, 1.0))
+        .done();
+  };
+  JsonObject()
+      .str("bench", "control")
+      .num("clients", kClients)
+      .num("getstats_reply_bytes", static_cast<double>(reply_bytes))
+      .raw("getstats_sequential_us", latencies(sequential_us))
+      .raw("getstats_burst100_us", latencies(burst_us))
+      .num("idle_seconds", wall)
+      .num("idle_cpu_percent_of_one_cpu", idle_cpu_percent)
+      .num("rss_kib", static_cast<double>(rss))
+      .num("rss_peak_kib", static_cast<double>(hwm))
+      .num("daemon_exit_code", rc)
+      .raw("targets", JsonObject()
+                          .num("getstats_p99_us_max", 1000)
+                          .num("idle_cpu_percent_max", 1.0)
+                          .num("rss_kib_max", 20480)
+                          .done())
+      .print();
   return 0;
 }

@@ -1,0 +1,162 @@
+# The install tests, one STEP per ctest test (see CMakeLists.txt), run with `cmake -P`:
+#   prefix        cmake --install BUILD_DIR --prefix PREFIX
+#   unit          the installed unit names PREFIX's haltpolld and config; systemd-analyze verify
+#                 accepts it as installed; the installed haltpolld accepts the installed config
+#   pkg_config    a consumer compiled with `pkg-config --cflags --libs haltpoll` links and runs
+#   find_package  a consumer CMake project finds haltpoll::haltpoll in PREFIX, links and runs
+#   destdir_usr   DESTDIR=WORK_DIR/destdir cmake --install --prefix /usr: everything under DESTDIR,
+#                 the configuration in /etc (GNUInstallDirs' rule) and the unit saying so
+#   shared        the library alone built shared: soname MAJOR.MINOR (readelf -d), headers that
+#                 compile on their own, and both consumers against it
+# A step that cannot run here prints "SKIPPED: <reason>" (the tests' SKIP_REGULAR_EXPRESSION).
+
+function(run_step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "step failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(STEP_OUT "${out}" PARENT_SCOPE)
+endfunction()
+
+function(expect_file path)
+  if(NOT EXISTS "${path}")
+    message(FATAL_ERROR "not installed: ${path}")
+  endif()
+endfunction()
+
+# Runs the consumer binary and checks that it did the whole job.
+function(run_consumer exe)
+  run_step(${CMAKE_COMMAND} -E env ${ARGN} ${exe})
+  if(NOT STEP_OUT MATCHES "^haltpoll [0-9]+\\.[0-9]+\\.[0-9]+: pool task ran on CPU [0-9]+; parker hand-offs: 2")
+    message(FATAL_ERROR "consumer printed: ${STEP_OUT}")
+  endif()
+  message(STATUS "consumer ok: ${STEP_OUT}")
+endfunction()
+
+function(build_with_pkg_config prefix libdir out_dir)
+  find_program(PKG_CONFIG pkg-config)
+  if(NOT PKG_CONFIG)
+    message("SKIPPED: pkg-config is not installed")
+    return()
+  endif()
+  set(ENV{PKG_CONFIG_PATH} "${prefix}/${libdir}/pkgconfig")
+  run_step(${PKG_CONFIG} --cflags --libs haltpoll)
+  string(STRIP "${STEP_OUT}" flags)
+  message(STATUS "pkg-config --cflags --libs haltpoll: ${flags}")
+  if(NOT flags MATCHES "-I${prefix}/include" OR NOT flags MATCHES "-L${prefix}/${libdir}")
+    message(FATAL_ERROR "haltpoll.pc does not name ${prefix}: ${flags}")
+  endif()
+  run_step(${PKG_CONFIG} --modversion haltpoll)
+  string(STRIP "${STEP_OUT}" modversion)
+  if(NOT modversion STREQUAL VERSION)
+    message(FATAL_ERROR "haltpoll.pc says version ${modversion}, the project is ${VERSION}")
+  endif()
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  file(MAKE_DIRECTORY ${out_dir})
+  run_step(${CXX} -std=c++20 ${CONSUMER_SOURCE_DIR}/main.cpp -o ${out_dir}/consumer ${flags})
+  run_consumer(${out_dir}/consumer LD_LIBRARY_PATH=${prefix}/${libdir})
+endfunction()
+
+function(build_with_find_package prefix out_dir)
+  file(REMOVE_RECURSE ${out_dir})
+  run_step(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${out_dir}
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CXX} -DHALTPOLL_EXPECTED_VERSION=${VERSION_MAJOR_MINOR})
+  run_step(${CMAKE_COMMAND} --build ${out_dir})
+  run_consumer(${out_dir}/consumer)
+endfunction()
+
+string(REGEX MATCH "^[0-9]+\\.[0-9]+" VERSION_MAJOR_MINOR "${VERSION}")
+
+if(STEP STREQUAL "prefix")
+  file(REMOVE_RECURSE ${PREFIX})
+  run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX})
+  if(SHARED)
+    set(lib ${LIBDIR}/libhaltpoll.so)
+  else()
+    set(lib ${LIBDIR}/libhaltpoll.a)
+  endif()
+  foreach(f ${lib} ${LIBDIR}/pkgconfig/haltpoll.pc ${LIBDIR}/cmake/haltpoll/haltpollConfig.cmake
+            include/haltpoll/worker_pool.hpp include/haltpoll/arch/x86.hpp include/haltpoll/arch/arm64.hpp)
+    expect_file(${PREFIX}/${f})
+  endforeach()
+  if(DAEMON)
+    foreach(f sbin/haltpolld bin/haltpollctl lib/systemd/system/haltpolld.service etc/haltpolld/haltpolld.json
+              share/man/man8/haltpolld.8 share/man/man1/haltpollctl.1 share/man/man5/haltpolld.json.5)
+      expect_file(${PREFIX}/${f})
+    endforeach()
+  endif()
+
+elseif(STEP STREQUAL "unit")
+  set(unit ${PREFIX}/lib/systemd/system/haltpolld.service)
+  file(STRINGS ${unit} exec_start REGEX "^ExecStart=")
+  set(want "ExecStart=${PREFIX}/sbin/haltpolld --config ${PREFIX}/etc/haltpolld/haltpolld.json --foreground")
+  if(NOT exec_start STREQUAL want)
+    message(FATAL_ERROR "installed unit says\n  ${exec_start}\nexpected\n  ${want}")
+  endif()
+  # Every other line is the template's.
+  file(READ ${SOURCE_DIR}/systemd/haltpolld.service.in template)
+  file(READ ${unit} installed)
+  string(REGEX REPLACE "\nExecStart=[^\n]*" "" template "${template}")
+  string(REGEX REPLACE "\nExecStart=[^\n]*" "" installed "${installed}")
+  if(NOT template STREQUAL installed)
+    message(FATAL_ERROR "the installed unit differs from systemd/haltpolld.service.in beyond ExecStart=")
+  endif()
+  run_step(${PREFIX}/sbin/haltpolld --config ${PREFIX}/etc/haltpolld/haltpolld.json --check-config)
+  find_program(SYSTEMD_ANALYZE systemd-analyze)
+  if(NOT SYSTEMD_ANALYZE)
+    message("SKIPPED: systemd-analyze is not installed (ExecStart= checked)")
+    return()
+  endif()
+  run_step(${SYSTEMD_ANALYZE} verify --man=no ${unit})
+  message(STATUS "systemd-analyze verify accepts ${unit}: ${exec_start}")
+
+elseif(STEP STREQUAL "destdir_usr")
+  set(destdir ${WORK_DIR}/destdir)
+  file(REMOVE_RECURSE ${destdir})
+  run_step(${CMAKE_COMMAND} -E env DESTDIR=${destdir} ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix /usr)
+  expect_file(${destdir}/usr/${LIBDIR}/pkgconfig/haltpoll.pc)
+  file(STRINGS ${destdir}/usr/${LIBDIR}/pkgconfig/haltpoll.pc pc_prefix REGEX "^prefix=")
+  if(NOT pc_prefix STREQUAL "prefix=/usr")
+    message(FATAL_ERROR "haltpoll.pc under DESTDIR says ${pc_prefix}")
+  endif()
+  if(DAEMON)
+    expect_file(${destdir}/etc/haltpolld/haltpolld.json)
+    file(STRINGS ${destdir}/usr/lib/systemd/system/haltpolld.service exec_start REGEX "^ExecStart=")
+    set(want "ExecStart=/usr/sbin/haltpolld --config /etc/haltpolld/haltpolld.json --foreground")
+    if(NOT exec_start STREQUAL want)
+      message(FATAL_ERROR "unit installed for /usr says\n  ${exec_start}\nexpected\n  ${want}")
+    endif()
+  endif()
+  file(REMOVE_RECURSE ${destdir})
+
+elseif(STEP STREQUAL "pkg_config")
+  build_with_pkg_config(${PREFIX} ${LIBDIR} ${WORK_DIR}/pkg-config)
+
+elseif(STEP STREQUAL "find_package")
+  build_with_find_package(${PREFIX} ${WORK_DIR}/find-package)
+
+elseif(STEP STREQUAL "shared")
+  set(build ${WORK_DIR}/shared-build)
+  set(prefix ${WORK_DIR}/shared-prefix)
+  file(REMOVE_RECURSE ${build} ${prefix})
+  run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${build} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release
+    -DBUILD_SHARED_LIBS=ON -DHALTPOLL_BUILD_DAEMON=OFF -DHALTPOLL_BUILD_TESTS=OFF -DHALTPOLL_BUILD_BENCH=OFF
+    -DHALTPOLL_WERROR=ON -DCMAKE_INSTALL_LIBDIR=${LIBDIR})
+  run_step(${CMAKE_COMMAND} --build ${build} -j 2 --target haltpoll haltpoll_verify_interface_header_sets)
+  run_step(${CMAKE_COMMAND} --install ${build} --prefix ${prefix})
+  set(so ${prefix}/${LIBDIR}/libhaltpoll.so.${VERSION})
+  expect_file(${so})
+  find_program(READELF readelf REQUIRED)
+  run_step(${READELF} -d ${so})
+  if(NOT STEP_OUT MATCHES "\\(SONAME\\)[^\n]*\\[libhaltpoll\\.so\\.${VERSION_MAJOR_MINOR}\\]")
+    message(FATAL_ERROR "libhaltpoll.so's soname is not libhaltpoll.so.${VERSION_MAJOR_MINOR}:\n${STEP_OUT}")
+  endif()
+  expect_file(${prefix}/${LIBDIR}/libhaltpoll.so.${VERSION_MAJOR_MINOR})
+  message(STATUS "soname libhaltpoll.so.${VERSION_MAJOR_MINOR}")
+  build_with_find_package(${prefix} ${WORK_DIR}/shared-find-package)
+  build_with_pkg_config(${prefix} ${LIBDIR} ${WORK_DIR}/shared-pkg-config)
+  file(REMOVE_RECURSE ${build})
+
+else()
+  message(FATAL_ERROR "unknown STEP '${STEP}'")
+endif()
