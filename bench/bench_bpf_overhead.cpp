@@ -3,7 +3,8 @@
 // of a shared machine falls on both), the medians compared within this one run. Two measures:
 //   - the program's own run time, from the kernel's BPF statistics (BPF_STATS_RUN_TIME, on only
 //     during the "with" runs): ns per event and the share of one CPU, also scaled to 100k idle
-//     entries/s, the rate of the target (<= 0.5 % of one CPU);
+//     entries/s, the rate of the target (<= 0.5 % of one CPU); and the same per-event cost
+//     from BPF_PROG_TEST_RUN, which needs no idle CPU;
 //   - the load's own cost: µs per pipe round trip with / without (includes the tracepoints'
 //     dispatch, which the statistics do not see).
 // Prints one JSON object. Needs root; the caller sets the cap (scripts/kernel-signals-check.sh).
@@ -116,6 +117,95 @@ Run run_pipe(long loops, bool with_program) {
   return r;
 }
 
+// The program's cost per cpu_idle event without depending on idle CPUs (a shared machine may have
+// none): the raw_tp program run through BPF_PROG_TEST_RUN, alternately as an entry into a halt and
+// its exit, the path every real halt takes (counters, two histograms). Kernel run-time statistics
+// count only the program body, as they do for the attached program.
+// ns per run of `prog` under BPF_PROG_TEST_RUN with run-time statistics on, as a cpu_idle event
+// alternating between an entry into a halt (state 1) and its exit.
+double test_run_ns(int prog, long events) {
+  const int stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+  if (stats_fd < 0) {
+    std::fprintf(stderr, "bench_bpf_overhead: cannot enable BPF run-time statistics: %s\n", std::strerror(errno));
+    std::exit(3);
+  }
+  auto stats = [&] {
+    bpf_prog_info info{};
+    __u32 len = sizeof info;
+    bpf_obj_get_info_by_fd(prog, &info, &len);
+    return ProgStats{info.run_time_ns, info.run_cnt};
+  };
+  const ProgStats s0 = stats();
+  for (long i = 0; i < events; ++i) {
+    __u64 args[2] = {i % 2 == 0 ? 1u : 0xffffffffu, 0};
+    bpf_test_run_opts opts{};
+    opts.sz = sizeof opts;
+    opts.ctx_in = args;
+    opts.ctx_size_in = sizeof args;
+    if (bpf_prog_test_run_opts(prog, &opts) != 0) {
+      std::fprintf(stderr, "bench_bpf_overhead: BPF_PROG_TEST_RUN: %s\n", std::strerror(errno));
+      std::exit(3);
+    }
+  }
+  const ProgStats s1 = stats();
+  ::close(stats_fd);
+  return s1.runs > s0.runs ? static_cast<double>(s1.run_ns - s0.run_ns) / static_cast<double>(s1.runs - s0.runs) : 0;
+}
+
+// The same for a program that only returns 0: what the statistics themselves add to every run
+// (two clock reads), which the attached program does not pay when statistics are off; and for one
+// that only calls bpf_ktime_get_ns, the clock read each cpu_idle event needs (the largest part of
+// the program's cost on a guest).
+double test_run_reference_ns(bool with_clock, long events) {
+  const bpf_insn noop[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},  // r0 = 0
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},                   // exit
+  };
+  const bpf_insn clock[] = {
+      {BPF_JMP | BPF_CALL, 0, 0, 0, BPF_FUNC_ktime_get_ns},  // r0 = bpf_ktime_get_ns()
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  const int prog = with_clock ? bpf_prog_load(BPF_PROG_TYPE_RAW_TRACEPOINT, "hp_clock", "GPL", clock, 3, nullptr)
+                              : bpf_prog_load(BPF_PROG_TYPE_RAW_TRACEPOINT, "hp_noop", "GPL", noop, 2, nullptr);
+  if (prog < 0) {
+    std::fprintf(stderr, "bench_bpf_overhead: cannot load a reference program: %s\n", std::strerror(errno));
+    std::exit(3);
+  }
+  const double ns = test_run_ns(prog, events);
+  ::close(prog);
+  return ns;
+}
+
+double test_run_ns_per_event(long events) {
+  haltpolld::IdleTraceOptions o;
+  o.attach = haltpolld::IdleTraceOptions::Attach::raw_tp;
+  std::string why;
+  auto trace = haltpolld::IdleTrace::open(o, &why);
+  if (!trace) {
+    std::fprintf(stderr, "bench_bpf_overhead: %s\n", why.c_str());
+    std::exit(3);
+  }
+  int prog = -1;
+  __u32 id = 0;
+  while (prog < 0 && bpf_prog_get_next_id(id, &id) == 0) {
+    const int fd = bpf_prog_get_fd_by_id(id);
+    bpf_prog_info info{};
+    __u32 len = sizeof info;
+    if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && std::string_view(info.name) == "cpu_idle_raw")
+      prog = fd;
+    else if (fd >= 0)
+      ::close(fd);
+  }
+  if (prog < 0) {
+    std::fprintf(stderr, "bench_bpf_overhead: cannot find the program cpu_idle_raw\n");
+    std::exit(3);
+  }
+  const double ns = test_run_ns(prog, events);
+  ::close(prog);
+  return ns;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,6 +240,8 @@ int main(int argc, char** argv) {
       }
     }
   }
+  const double test_run_ns = test_run_ns_per_event(200000), noop_ns = test_run_reference_ns(false, 200000),
+               clock_ns = test_run_reference_ns(true, 200000);
   std::string cap = "unknown";
   std::ifstream("/sys/module/haltpoll/parameters/guest_halt_poll_ns") >> cap;
   const double on_entries = median(on_rate), share_m = median(share);
@@ -158,9 +250,13 @@ int main(int argc, char** argv) {
       "\"without\":{\"us_per_op\":%.3f,\"idle_entries_per_s\":%.0f},"
       "\"with\":{\"us_per_op\":%.3f,\"idle_entries_per_s\":%.0f,\"bpf_events_per_s\":%.0f,\"bpf_ns_per_event\":%.1f,"
       "\"bpf_cpu_percent\":%.4f},"
-      "\"us_per_op_ratio_with_over_without\":%.4f,\"bpf_cpu_percent_at_100k_entries_per_s\":%.4f}\n",
+      "\"us_per_op_ratio_with_over_without\":%.4f,\"bpf_cpu_percent_at_100k_entries_per_s\":%.4f,"
+      "\"test_run_ns_per_event\":%.1f,\"test_run_noop_ns_per_event\":%.1f,\"test_run_clock_only_ns_per_event\":%.1f,"
+      "\"test_run_net_cpu_percent_at_100k_entries_per_s\":%.4f}\n",
       loops, runs, cap.c_str(), median(off_us), median(off_rate), median(on_us), on_entries, median(events),
       median(ns_per_event), 100 * share_m, median(on_us) / median(off_us),
-      on_entries > 0 ? 100 * share_m * 100000.0 / on_entries : 0.0);
+      on_entries > 0 ? 100 * share_m * 100000.0 / on_entries : 0.0, test_run_ns, noop_ns, clock_ns,
+      // two events (entry, exit) per idle entry, without what the statistics add
+      100 * std::max(0.0, test_run_ns - noop_ns) * 2 * 100000.0 / 1e9);
   return 0;
 }
