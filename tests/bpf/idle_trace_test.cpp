@@ -216,7 +216,7 @@ TEST_CASE("the raw_tp fallback attaches and counts like tp_btf", "[bpf]") {
   REQUIRE(b.total().minus(a.total()).idle_entries > 0);
 }
 
-TEST_CASE("the POLL state index comes from sysfs; a root without POLL counts everything as halt", "[bpf]") {
+TEST_CASE("the POLL state index comes from sysfs, and a root without POLL counts everything as halt", "[bpf]") {
   char tmpl[] = "/tmp/haltpoll-sysfs-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);
   const std::string root = tmpl;
