@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 namespace bpftest {
@@ -30,6 +32,16 @@ inline void ping_pong(int round_trips) {
 
 inline void sleeps(int n, std::chrono::microseconds each) {
   for (int i = 0; i < n; ++i) std::this_thread::sleep_for(each);
+}
+
+// Idle + iowait time of all CPUs so far, in clock ticks (/proc/stat): when a test sees no idle
+// period, this tells whether any CPU was idle at all or other work kept every CPU busy.
+inline unsigned long long idle_ticks() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  unsigned long long user = 0, nice = 0, sys = 0, idle = 0, iowait = 0;
+  f >> cpu >> user >> nice >> sys >> idle >> iowait;
+  return idle + iowait;
 }
 
 }  // namespace bpftest

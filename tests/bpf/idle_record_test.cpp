@@ -81,6 +81,7 @@ TEST_CASE("record captures 2 s of real idle periods in the idle-trace format", "
   });
   // A CPU idles only in the gaps other work leaves it: on a saturated machine a 2 s recording may
   // hold nothing, so record again (up to 5 times) until it holds an idle period.
+  const auto idle0 = bpftest::idle_ticks();
   for (int attempt = 0; attempt < 5; ++attempt) {
     const auto r = record({"--seconds", "2", "--output", out});
     INFO("stderr: " << r.err);
@@ -127,7 +128,8 @@ TEST_CASE("record captures 2 s of real idle periods in the idle-trace format", "
   REQUIRE_THAT(first, StartsWith("# haltpolld record: "));
   REQUIRE_THAT(last, StartsWith("# end: "));
   REQUIRE_THAT(last, Contains(" " + std::to_string(periods) + " periods, " + std::to_string(limits) + " limit events"));
-  INFO(periods << " periods (" << polls << " POLL), " << limits << " limit events");
+  INFO(periods << " periods (" << polls << " POLL), " << limits << " limit events; /proc/stat idle time "
+                << bpftest::idle_ticks() - idle0 << " ticks (0 = other work kept every CPU busy)");
   REQUIRE(periods > 0);
   std::remove(out.c_str());
 }
