@@ -307,3 +307,22 @@ TEST_CASE("record mode rejects a ring size that is not a power of two", "[bpf]")
   REQUIRE(IdleTrace::open(o, &why) == nullptr);
   REQUIRE_THAT(why, Contains("not a power of two"));
 }
+
+TEST_CASE("tp_btf can be forced where the kernel has BTF, and every tracepoint attaches", "[bpf]") {
+  if (::access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
+    WARN("skipped: the kernel exposes no BTF (/sys/kernel/btf/vmlinux), so tp_btf cannot be forced");
+    return;
+  }
+  IdleTraceOptions o;
+  o.attach = IdleTraceOptions::Attach::tp_btf;
+  auto t = open_or_fail(o);
+  INFO("status: " << t->status());
+  REQUIRE_THAT(t->status(), Contains("power:cpu_idle tp_btf"));
+  // This kernel (docs/kernel-signals.md) has all three tracepoints.
+  if (::access("/sys/kernel/tracing/events/sched/sched_wake_idle_without_ipi", F_OK) == 0 &&
+      ::access("/sys/kernel/tracing/events/power/guest_halt_poll_ns", F_OK) == 0) {
+    REQUIRE(t->missing().empty());
+    REQUIRE_THAT(t->status(), Contains("power:guest_halt_poll_ns tp_btf"));
+    REQUIRE_THAT(t->status(), Contains("sched:sched_wake_idle_without_ipi tp_btf"));
+  }
+}
