@@ -98,6 +98,37 @@ bool parse_idle_trace_line(std::string_view line, IdleTraceLine& out, std::strin
   return true;
 }
 
+bool IdlePeriodReader::add_line(std::string_view line, std::string& error) {
+  ++lineno_;
+  IdleTraceLine l;
+  std::string why;
+  if (!parse_idle_trace_line(line, l, why)) {
+    error = "line " + std::to_string(lineno_) + ": " + why;
+    return false;
+  }
+  if (l.kind != IdleTraceLine::Kind::poll && l.kind != IdleTraceLine::Kind::halt) return true;
+  if (l.cpu >= periods_.size()) {
+    periods_.resize(l.cpu + 1);
+    pending_poll_.resize(l.cpu + 1);
+  }
+  auto& pending = pending_poll_[l.cpu];
+  if (l.kind == IdleTraceLine::Kind::poll) {
+    if (pending) periods_[l.cpu].push_back({*pending, true, false});
+    pending = l.residency_ns;
+  } else {
+    periods_[l.cpu].push_back({pending.value_or(0) + l.residency_ns, pending.has_value(), true});
+    pending.reset();
+  }
+  return true;
+}
+
+void IdlePeriodReader::finish() {
+  for (std::size_t cpu = 0; cpu < pending_poll_.size(); ++cpu) {
+    if (pending_poll_[cpu]) periods_[cpu].push_back({*pending_poll_[cpu], true, false});
+    pending_poll_[cpu].reset();
+  }
+}
+
 int run_record(const RecordOptions& o, std::ostream& err) {
   if (!(o.seconds > 0) || !std::isfinite(o.seconds) || o.seconds > 86400) {
     err << "haltpolld record: --seconds must be a number in (0, 86400], got " << o.seconds << "\n";

@@ -15,8 +15,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace haltpolld {
 
@@ -45,5 +47,29 @@ struct IdleTraceLine {
 };
 // False with `error` set for a malformed line; blank and other '#' lines are comments.
 bool parse_idle_trace_line(std::string_view line, IdleTraceLine& out, std::string& error);
+
+// An idle trace turned into idle periods, per CPU and in order, the way `haltpolld simulate` wants
+// them (one duration each): a POLL followed on its CPU by a halt is one period of both residencies
+// (a poll that timed out), any other POLL a period of its own (ended by a wake-up), a halt without
+// a POLL before it a period of its own. Limit lines and comments are skipped.
+struct IdlePeriod {
+  std::uint64_t ns = 0;
+  bool polled = false;     // began with a POLL
+  bool halted = false;     // ended in a halt
+};
+class IdlePeriodReader {
+ public:
+  // False with `error` ("line N: ...") on a malformed line; the periods so far are kept.
+  bool add_line(std::string_view line, std::string& error);
+  // The polls still waiting for their CPU's next line become periods of their own.
+  void finish();
+  // periods()[cpu], in trace order.
+  const std::vector<std::vector<IdlePeriod>>& periods() const noexcept { return periods_; }
+
+ private:
+  std::vector<std::vector<IdlePeriod>> periods_;
+  std::vector<std::optional<std::uint64_t>> pending_poll_;  // per CPU
+  std::uint64_t lineno_ = 0;
+};
 
 }  // namespace haltpolld

@@ -70,6 +70,29 @@ TEST_CASE("parse_idle_trace_line reads the format of the real-guest traces and r
   }
 }
 
+TEST_CASE("IdlePeriodReader turns a trace into per-CPU idle periods for the simulator", "[bpf]") {
+  haltpolld::IdlePeriodReader r;
+  std::string err;
+  for (const char* line : {"# cpu state residency_ns | # limit cpu old new grow|shrink", "0 POLL 100", "1 halt 5000",
+                           "# limit 1 0 50000 grow", "0 POLL 200", "1 POLL 300", "0 halt 7000", "0 halt 9000",
+                           "1 POLL 400"})
+    REQUIRE(r.add_line(line, err));
+  r.finish();
+  const auto& p = r.periods();
+  REQUIRE(p.size() == 2);
+  // CPU 0: a poll hit (100), a poll that timed out and its halt (200 + 7000), a plain halt.
+  REQUIRE(p[0].size() == 3);
+  REQUIRE((p[0][0].ns == 100 && p[0][0].polled && !p[0][0].halted));
+  REQUIRE((p[0][1].ns == 7200 && p[0][1].polled && p[0][1].halted));
+  REQUIRE((p[0][2].ns == 9000 && !p[0][2].polled && p[0][2].halted));
+  // CPU 1: a plain halt, a poll hit, and the last poll, decided by finish().
+  REQUIRE(p[1].size() == 3);
+  REQUIRE((p[1][0].ns == 5000 && !p[1][0].polled));
+  REQUIRE((p[1][1].ns == 300 && p[1][2].ns == 400));
+  REQUIRE_FALSE(r.add_line("0 POLL x", err));
+  REQUIRE(err == "line 10: expected '<cpu> POLL|halt <residency_ns>'");
+}
+
 TEST_CASE("record captures 2 s of real idle periods in the idle-trace format", "[bpf]") {
   const std::string out = temp_path("record");
   std::atomic<bool> done{false};
