@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages haltpolld needs that are missing. Idempotent; silent when
 # everything is present. Usage: scripts/install-deps.sh [--arm64] [--extra]
 #   --arm64  also the arm64 cross toolchain, qemu-user and the :arm64 -dev libraries (multiarch)
-#   --extra  also the tools of the optional checks (clang for fuzzing, liburcu, gnuplot)
+#   --extra  also the tools of the optional checks (clang's sanitizer runtime for fuzzing, gnuplot)
 set -euo pipefail
 
 want_arm64=0 want_extra=0
@@ -18,8 +18,12 @@ done
 # systemd gives systemd-analyze for the unit checks; util-linux gives setpriv for permission tests;
 # spin model-checks the Parker (tests/model/parker.pml, a unit test); xz-utils unpacks the real-guest
 # recordings in tests/data/real-guest.
+# The eBPF kernel signals (src/bpf): clang compiles the program for -target bpf, bpftool turns it into
+# a skeleton, libbpf-dev (with libelf-dev and zlib1g-dev, its link dependencies) loads it;
+# linux-perf is the cross-check of tests/bpf and scripts/kernel-signals-check.sh.
 pkgs=(cmake make g++ pkg-config libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
-      catch2 libsystemd-dev liburcu-dev systemd util-linux procps spin xz-utils)
+      catch2 libsystemd-dev liburcu-dev systemd util-linux procps spin xz-utils
+      clang libbpf-dev bpftool libelf-dev zlib1g-dev linux-perf)
 if [ "$want_arm64" = 1 ]; then
   # Multiarch: the arm64 builds of the compiled libraries come from Debian's own :arm64 packages,
   # so no x86 library can end up in an arm64 link. Header-only packages (Boost, nlohmann-json,
@@ -28,7 +32,7 @@ if [ "$want_arm64" = 1 ]; then
          libsystemd-dev:arm64 libboost-dev:arm64 liburcu-dev:arm64)
 fi
 if [ "$want_extra" = 1 ]; then
-  pkgs+=(clang libclang-rt-14-dev gnuplot-nox)
+  pkgs+=(libclang-rt-14-dev gnuplot-nox)
 fi
 
 missing=()

@@ -81,6 +81,10 @@ class LatencyHistogram {
   // Removes an earlier snapshot of this same histogram (saturating at 0): the pool's reset_stats
   // keeps a baseline instead of asking the worker to clear its own counters. max_ns is kept.
   void subtract(const LatencyHistogram& baseline) noexcept;
+  // Adds samples known only by bucket (a kernel-side histogram with this same scheme, e.g. the
+  // eBPF maps of src/bpf): counts[i] samples to bucket i for i < n (n <= bucket_count), with their
+  // exact sum and max. count() grows by the sum of the counts.
+  void add_buckets(const std::uint64_t* counts, std::size_t n, std::uint64_t sum_ns, std::uint64_t max_ns) noexcept;
 
   static constexpr std::size_t index_of(std::uint64_t ns) noexcept {
     if (ns < sub_buckets) return static_cast<std::size_t>(ns);

@@ -116,6 +116,19 @@ void LatencyHistogram::subtract(const LatencyHistogram& baseline) noexcept {
   sat_sub(sum_, baseline.sum_ns());
 }
 
+void LatencyHistogram::add_buckets(const std::uint64_t* counts, std::size_t n, std::uint64_t sum_ns,
+                                   std::uint64_t max_ns) noexcept {
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < n && i < bucket_count; ++i) {
+    if (counts[i] == 0) continue;
+    bump(buckets_[i], counts[i]);
+    total += counts[i];
+  }
+  bump(count_, total);
+  bump(sum_, sum_ns);
+  if (max_ns > max_.load(relaxed)) max_.store(max_ns, relaxed);
+}
+
 void LatencyHistogram::copy_from(const LatencyHistogram& other) noexcept {
   for (std::size_t i = 0; i < bucket_count; ++i) buckets_[i].store(other.buckets_[i].load(relaxed), relaxed);
   count_.store(other.count(), relaxed);

@@ -1,0 +1,262 @@
+// The cost of IdleTrace's eBPF program under an idle-heavy load: `perf bench sched pipe -l N` run
+// alternately without and with the program attached (the order swapped every run, so that drift
+// of a shared machine falls on both), the medians compared within this one run. Two measures:
+//   - the program's own run time, from the kernel's BPF statistics (BPF_STATS_RUN_TIME, on only
+//     during the "with" runs): ns per event and the share of one CPU, also scaled to 100k idle
+//     entries/s, the rate of the target (<= 0.5 % of one CPU); and the same per-event cost
+//     from BPF_PROG_TEST_RUN, which needs no idle CPU;
+//   - the load's own cost: µs per pipe round trip with / without (includes the tracepoints'
+//     dispatch, which the statistics do not see).
+// Prints one JSON object. Needs root; the caller sets the cap (scripts/kernel-signals-check.sh).
+// Usage: bench_bpf_overhead [--loops N] [--runs R]
+#include "cpuidle_totals.hpp"
+#include "idle_trace.hpp"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <linux/bpf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+struct ProgStats {
+  std::uint64_t run_ns = 0, runs = 0;
+};
+
+// The summed statistics of the loaded programs whose names IdleTrace's object gives them.
+ProgStats idle_trace_prog_stats() {
+  ProgStats s;
+  __u32 id = 0;
+  while (bpf_prog_get_next_id(id, &id) == 0) {
+    const int fd = bpf_prog_get_fd_by_id(id);
+    if (fd < 0) continue;
+    bpf_prog_info info{};
+    __u32 len = sizeof info;
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) {
+      const std::string_view name(info.name);
+      for (std::string_view n : {"cpu_idle_btf", "cpu_idle_raw", "limit_btf", "limit_raw", "ipi_btf", "ipi_raw"}) {
+        if (name == n) {
+          s.run_ns += info.run_time_ns;
+          s.runs += info.run_cnt;
+        }
+      }
+    }
+    ::close(fd);
+  }
+  return s;
+}
+
+struct Run {
+  double us_per_op = 0, wall_s = 0, idle_entries_per_s = 0;
+  double bpf_ns_per_event = 0, bpf_events_per_s = 0, bpf_cpu_share = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+Run run_pipe(long loops, bool with_program) {
+  Run r;
+  std::unique_ptr<haltpolld::IdleTrace> trace;
+  int stats_fd = -1;
+  ProgStats p0;
+  if (with_program) {
+    std::string why;
+    trace = haltpolld::IdleTrace::open({}, &why);
+    if (!trace) {
+      std::fprintf(stderr, "bench_bpf_overhead: %s\n", why.c_str());
+      std::exit(3);
+    }
+    stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+    if (stats_fd < 0) {
+      std::fprintf(stderr, "bench_bpf_overhead: cannot enable BPF run-time statistics: %s\n", std::strerror(errno));
+      std::exit(3);
+    }
+    p0 = idle_trace_prog_stats();
+  }
+  const auto c0 = haltpolld::read_cpuidle_totals("/sys", 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string cmd = "perf bench sched pipe -l " + std::to_string(loops) + " 2>&1";
+  std::FILE* f = ::popen(cmd.c_str(), "r");
+  if (f == nullptr) {
+    std::perror("popen perf");
+    std::exit(4);
+  }
+  char line[256];
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strstr(line, "usecs/op")) r.us_per_op = std::strtod(line, nullptr);
+  }
+  if (::pclose(f) != 0 || r.us_per_op <= 0) {
+    std::fprintf(stderr, "bench_bpf_overhead: perf bench sched pipe failed (is linux-perf installed?)\n");
+    std::exit(4);
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  const auto c1 = haltpolld::read_cpuidle_totals("/sys", 0);
+  r.wall_s = std::chrono::duration<double>(t1 - t0).count();
+  r.idle_entries_per_s =
+      static_cast<double>((c1.poll_usage + c1.halt_usage) - (c0.poll_usage + c0.halt_usage)) / r.wall_s;
+  if (with_program) {
+    const ProgStats p1 = idle_trace_prog_stats();
+    const double ns = static_cast<double>(p1.run_ns - p0.run_ns), n = static_cast<double>(p1.runs - p0.runs);
+    r.bpf_ns_per_event = n > 0 ? ns / n : 0;
+    r.bpf_events_per_s = n / r.wall_s;
+    r.bpf_cpu_share = ns / (r.wall_s * 1e9);
+    ::close(stats_fd);
+  }
+  return r;
+}
+
+// The program's cost per cpu_idle event without depending on idle CPUs (a shared machine may have
+// none): the raw_tp program run through BPF_PROG_TEST_RUN, alternately as an entry into a halt and
+// its exit, the path every real halt takes (counters, two histograms). Kernel run-time statistics
+// count only the program body, as they do for the attached program.
+// ns per run of `prog` under BPF_PROG_TEST_RUN with run-time statistics on, as a cpu_idle event
+// alternating between an entry into a halt (state 1) and its exit.
+double test_run_ns(int prog, long events) {
+  const int stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+  if (stats_fd < 0) {
+    std::fprintf(stderr, "bench_bpf_overhead: cannot enable BPF run-time statistics: %s\n", std::strerror(errno));
+    std::exit(3);
+  }
+  auto stats = [&] {
+    bpf_prog_info info{};
+    __u32 len = sizeof info;
+    bpf_obj_get_info_by_fd(prog, &info, &len);
+    return ProgStats{info.run_time_ns, info.run_cnt};
+  };
+  const ProgStats s0 = stats();
+  for (long i = 0; i < events; ++i) {
+    __u64 args[2] = {i % 2 == 0 ? 1u : 0xffffffffu, 0};
+    bpf_test_run_opts opts{};
+    opts.sz = sizeof opts;
+    opts.ctx_in = args;
+    opts.ctx_size_in = sizeof args;
+    if (bpf_prog_test_run_opts(prog, &opts) != 0) {
+      std::fprintf(stderr, "bench_bpf_overhead: BPF_PROG_TEST_RUN: %s\n", std::strerror(errno));
+      std::exit(3);
+    }
+  }
+  const ProgStats s1 = stats();
+  ::close(stats_fd);
+  return s1.runs > s0.runs ? static_cast<double>(s1.run_ns - s0.run_ns) / static_cast<double>(s1.runs - s0.runs) : 0;
+}
+
+// The same for a program that only returns 0: what the statistics themselves add to every run
+// (two clock reads), which the attached program does not pay when statistics are off; and for one
+// that only calls bpf_ktime_get_ns, the clock read each cpu_idle event needs (the largest part of
+// the program's cost on a guest).
+double test_run_reference_ns(bool with_clock, long events) {
+  const bpf_insn noop[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},  // r0 = 0
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},                   // exit
+  };
+  const bpf_insn clock[] = {
+      {BPF_JMP | BPF_CALL, 0, 0, 0, BPF_FUNC_ktime_get_ns},  // r0 = bpf_ktime_get_ns()
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  const int prog = with_clock ? bpf_prog_load(BPF_PROG_TYPE_RAW_TRACEPOINT, "hp_clock", "GPL", clock, 3, nullptr)
+                              : bpf_prog_load(BPF_PROG_TYPE_RAW_TRACEPOINT, "hp_noop", "GPL", noop, 2, nullptr);
+  if (prog < 0) {
+    std::fprintf(stderr, "bench_bpf_overhead: cannot load a reference program: %s\n", std::strerror(errno));
+    std::exit(3);
+  }
+  const double ns = test_run_ns(prog, events);
+  ::close(prog);
+  return ns;
+}
+
+double test_run_ns_per_event(long events) {
+  haltpolld::IdleTraceOptions o;
+  o.attach = haltpolld::IdleTraceOptions::Attach::raw_tp;
+  std::string why;
+  auto trace = haltpolld::IdleTrace::open(o, &why);
+  if (!trace) {
+    std::fprintf(stderr, "bench_bpf_overhead: %s\n", why.c_str());
+    std::exit(3);
+  }
+  int prog = -1;
+  __u32 id = 0;
+  while (prog < 0 && bpf_prog_get_next_id(id, &id) == 0) {
+    const int fd = bpf_prog_get_fd_by_id(id);
+    bpf_prog_info info{};
+    __u32 len = sizeof info;
+    if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && std::string_view(info.name) == "cpu_idle_raw")
+      prog = fd;
+    else if (fd >= 0)
+      ::close(fd);
+  }
+  if (prog < 0) {
+    std::fprintf(stderr, "bench_bpf_overhead: cannot find the program cpu_idle_raw\n");
+    std::exit(3);
+  }
+  const double ns = test_run_ns(prog, events);
+  ::close(prog);
+  return ns;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  long loops = 100000;
+  int runs = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string_view a = argv[i];
+    if (a == "--loops")
+      loops = std::atol(argv[i + 1]);
+    else if (a == "--runs")
+      runs = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: bench_bpf_overhead [--loops N] [--runs R]\n");
+      return 2;
+    }
+  }
+  if (loops <= 0 || runs <= 0) {
+    std::fprintf(stderr, "usage: bench_bpf_overhead [--loops N] [--runs R]\n");
+    return 2;
+  }
+  std::vector<double> off_us, on_us, off_rate, on_rate, ns_per_event, share, events;
+  for (int i = 0; i < runs; ++i) {
+    for (int k = 0; k < 2; ++k) {
+      const bool with = (k == 0) == (i % 2 == 1);
+      const Run r = run_pipe(loops, with);
+      (with ? on_us : off_us).push_back(r.us_per_op);
+      (with ? on_rate : off_rate).push_back(r.idle_entries_per_s);
+      if (with) {
+        ns_per_event.push_back(r.bpf_ns_per_event);
+        share.push_back(r.bpf_cpu_share);
+        events.push_back(r.bpf_events_per_s);
+      }
+    }
+  }
+  const double test_run_ns = test_run_ns_per_event(200000), noop_ns = test_run_reference_ns(false, 200000),
+               clock_ns = test_run_reference_ns(true, 200000);
+  std::string cap = "unknown";
+  std::ifstream("/sys/module/haltpoll/parameters/guest_halt_poll_ns") >> cap;
+  const double on_entries = median(on_rate), share_m = median(share);
+  std::printf(
+      "{\"bench\":\"bpf_overhead\",\"loops\":%ld,\"runs\":%d,\"guest_halt_poll_ns\":\"%s\","
+      "\"without\":{\"us_per_op\":%.3f,\"idle_entries_per_s\":%.0f},"
+      "\"with\":{\"us_per_op\":%.3f,\"idle_entries_per_s\":%.0f,\"bpf_events_per_s\":%.0f,\"bpf_ns_per_event\":%.1f,"
+      "\"bpf_cpu_percent\":%.4f},"
+      "\"us_per_op_ratio_with_over_without\":%.4f,\"bpf_cpu_percent_at_100k_entries_per_s\":%.4f,"
+      "\"test_run_ns_per_event\":%.1f,\"test_run_noop_ns_per_event\":%.1f,\"test_run_clock_only_ns_per_event\":%.1f,"
+      "\"test_run_net_cpu_percent_at_100k_entries_per_s\":%.4f}\n",
+      loops, runs, cap.c_str(), median(off_us), median(off_rate), median(on_us), on_entries, median(events),
+      median(ns_per_event), 100 * share_m, median(on_us) / median(off_us),
+      on_entries > 0 ? 100 * share_m * 100000.0 / on_entries : 0.0, test_run_ns, noop_ns, clock_ns,
+      // two events (entry, exit) per idle entry, without what the statistics add
+      100 * std::max(0.0, test_run_ns - noop_ns) * 2 * 100000.0 / 1e9);
+  return 0;
+}
