@@ -1,14 +1,17 @@
 #include "metrics.hpp"
 
+#include "sensors.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -17,15 +20,6 @@ namespace haltpolld {
 using nlohmann::json;
 
 namespace {
-
-std::optional<std::string> read_small_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::string s;
-  std::getline(in, s);
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 std::optional<std::uint64_t> read_u64(const std::string& path) {
   auto s = read_small_file(path);
@@ -77,7 +71,122 @@ class Exposition {
 
 std::string cpu_label(unsigned cpu) { return "cpu=\"" + std::to_string(cpu) + "\""; }
 
+// Exact, unlike %.9g: a busy CPU's poll time passes 10^3 s within hours, and rounding a counter to
+// nine digits would make its rate over a short window jump.
+std::string micros_as_seconds(std::uint64_t us) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%llu.%06llu", static_cast<unsigned long long>(us / 1000000),
+                static_cast<unsigned long long>(us % 1000000));
+  return buf;
+}
+
+// The series of FleetSeries, kept in one block so that they move with the writer as a whole.
+void render_fleet_series(Exposition& e, const FleetSeries& f) {
+  struct Counter {
+    const char* name;
+    const char* help;
+    std::uint64_t KernelCpuidleCounters::*field;
+    bool us;
+  };
+  // idle entries are the sum of the two entry counts, rendered apart below.
+  static const Counter cpuidle[] = {
+      {"haltpoll_kernel_poll_entries_total", "Entries into the cpuidle POLL state.", &KernelCpuidleCounters::poll_entries, false},
+      {"haltpoll_kernel_poll_seconds_total", "Time spent in the cpuidle POLL state.", &KernelCpuidleCounters::poll_us, true},
+      {"haltpoll_kernel_halts_total", "Entries into the other cpuidle states (halt).", &KernelCpuidleCounters::halts, false},
+      {"haltpoll_kernel_halt_seconds_total", "Time spent in the other cpuidle states (halt).", &KernelCpuidleCounters::halt_us,
+       true},
+  };
+  if (!f.cpuidle.empty()) {
+    e.family("haltpoll_kernel_idle_entries_total", "counter", "Idle entries (POLL and halt) of the CPU, from cpuidle.");
+    for (const auto& c : f.cpuidle)
+      e.sample("haltpoll_kernel_idle_entries_total", cpu_label(c.cpu), std::to_string(c.poll_entries + c.halts));
+    for (const auto& k : cpuidle) {
+      e.family(k.name, "counter", k.help);
+      for (const auto& c : f.cpuidle)
+        e.sample(k.name, cpu_label(c.cpu),
+                 k.us ? micros_as_seconds(c.*(k.field)) : std::to_string(c.*(k.field)));
+    }
+  }
+  e.family("haltpoll_kernel_mode_info", "gauge",
+           "Constant 1, labelled with the effective mode and why kernel mode is not active (empty when it is).");
+  e.sample("haltpoll_kernel_mode_info", "mode=\"" + escape_label(f.mode) + "\",reason=\"" + escape_label(f.mode_reason) + "\"",
+           "1");
+  e.family("haltpoll_state_file_pending", "gauge",
+           "1 while a state file with saved original kernel parameters is left behind unapplied.");
+  e.sample("haltpoll_state_file_pending", "", f.state_file_pending ? "1" : "0");
+  if (!f.tuner_policy.empty()) {
+    e.family("haltpoll_tuner_info", "gauge", "Constant 1, labelled with the tuner's policy.");
+    e.sample("haltpoll_tuner_info", "policy=\"" + escape_label(f.tuner_policy) + "\"", "1");
+  }
+  e.family("haltpoll_tuner_decisions_total", "counter", "Tuner decisions, one per tick, by action.");
+  for (Action a : {Action::hold, Action::grow, Action::shrink, Action::set, Action::revert})
+    e.sample("haltpoll_tuner_decisions_total", std::string("action=\"") + to_string(a) + "\"",
+             std::to_string(f.decisions[static_cast<std::size_t>(a)]));
+  if (f.last_change_unix_seconds) {
+    e.family("haltpoll_tuner_last_change_timestamp_seconds", "gauge", "When the tuner last changed its value (Unix time).");
+    e.sample("haltpoll_tuner_last_change_timestamp_seconds", "", fmt_double(*f.last_change_unix_seconds));
+  }
+  if (f.steal_seconds) {
+    e.family("haltpoll_steal_seconds_total", "counter", "Time the host stole from all the guest's CPUs (/proc/stat).");
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", *f.steal_seconds);  // USER_HZ ticks: exact to 10 ms, for years
+    e.sample("haltpoll_steal_seconds_total", "", buf);
+  }
+  if (f.steal_backoff_ratio) {
+    e.family("haltpoll_tuner_steal_backoff_ratio", "gauge", "Steal share of all CPU time above which the tuner backs off.");
+    e.sample("haltpoll_tuner_steal_backoff_ratio", "", fmt_double(*f.steal_backoff_ratio));
+  }
+}
+
 }  // namespace
+
+void FleetMetrics::record(const Decision& d) {
+  auto i = static_cast<std::size_t>(d.action);
+  if (i < series_.decisions.size()) ++series_.decisions[i];
+  if (d.changed())
+    series_.last_change_unix_seconds =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void FleetMetrics::refresh(const std::string& sysfs_root, const std::vector<unsigned>& cpus, const json& st) {
+  std::vector<int> ids(cpus.begin(), cpus.end());
+  Sensors sensors(sysfs_root, ids);
+  series_.cpuidle.clear();
+  for (int cpu : sensors.cpus()) {
+    if (auto c = sensors.read_cpuidle(cpu))
+      series_.cpuidle.push_back({static_cast<unsigned>(cpu), c->poll_usage, c->poll_time_us, c->halt_usage, c->halt_time_us});
+  }
+  series_.steal_seconds.reset();
+  if (auto t = sensors.read_proc_stat()) {
+    long hz = ::sysconf(_SC_CLK_TCK);
+    if (hz > 0) series_.steal_seconds = static_cast<double>(t->steal) / static_cast<double>(hz);
+  }
+  auto str = [](const json& j, const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+  };
+  series_.mode = str(st, "effective_mode");
+  if (series_.mode.empty()) series_.mode = "observe";
+  if (series_.mode == "kernel") series_.mode_reason.clear();
+  else if (str(st, "requested_mode") != "kernel") series_.mode_reason = "observe requested by the configuration";
+  else series_.mode_reason = str(st, "kernel_mode_inactive_reason");
+  series_.state_file_pending = false;
+  series_.tuner_policy.clear();
+  series_.steal_backoff_ratio.reset();
+  if (!st.is_object()) return;
+  if (st.contains("kernel") && st["kernel"].is_object()) {
+    const json& k = st["kernel"];
+    std::string file = str(k, "state_file");
+    bool saved_by_us = k.contains("originals_saved") && k["originals_saved"].is_boolean() && k["originals_saved"].get<bool>();
+    struct stat sb{};
+    series_.state_file_pending = !file.empty() && !saved_by_us && ::stat(file.c_str(), &sb) == 0;
+  }
+  if (st.contains("tuner") && st["tuner"].is_object() && st["tuner"].contains("params") && st["tuner"]["params"].is_object()) {
+    const json& p = st["tuner"]["params"];
+    series_.tuner_policy = str(p, "policy");
+    if (p.contains("steal_backoff_percent") && p["steal_backoff_percent"].is_number())
+      series_.steal_backoff_ratio = p["steal_backoff_percent"].get<double>() / 100.0;
+  }
+}
 
 KernelHaltpollParams read_kernel_haltpoll_params(const std::string& sysfs_root) {
   KernelHaltpollParams k;
@@ -223,6 +332,7 @@ std::string render_prometheus(const StatsSnapshot& s) {
   counter("haltpoll_control_errors_total", "Varlink error replies sent.", s.control_errors_total);
   counter("haltpoll_control_rejected_total", "Connections refused or closed by the daemon (limit, malformed, idle).",
           s.control_rejected_total);
+  render_fleet_series(e, s.fleet);
   return e.str();
 }
 
@@ -234,6 +344,13 @@ std::string replace_file_atomically(const std::string& path, const std::string& 
   std::string tmp = dir + "/." + base + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return "open " + tmp + ": " + std::strerror(errno);
+  // open()'s mode is filtered by the umask; the exporter's user must still read the file.
+  if (::fchmod(fd, 0644) != 0) {
+    std::string why = "fchmod " + tmp + ": " + std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return why;
+  }
   std::size_t off = 0;
   while (off < text.size()) {
     ssize_t n = ::write(fd, text.data() + off, text.size() - off);

@@ -5,8 +5,11 @@
 // cross-counter atomic cut); everything here is pure formatting and unit-tested on its own.
 #pragma once
 
+#include "observation.hpp"
+
 #include <nlohmann/json_fwd.hpp>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -47,6 +50,40 @@ struct KernelHaltpollParams {
 KernelHaltpollParams read_kernel_haltpoll_params(const std::string& sysfs_root);
 nlohmann::json to_json(const KernelHaltpollParams& k);
 
+// The series a fleet scrapes beside the pool's: the kernel's cumulative cpuidle counters per CPU
+// (as Sensors reads them, unreduced, so that Prometheus takes the rates), steal time, and the
+// tuner's and actuator's state. FleetMetrics keeps them on the control thread: record() counts each
+// tick's Decision, refresh() re-reads sysfs and the Controller's status once per tick, and
+// series() is the copy that a StatsSnapshot carries. Not thread-safe (control thread only).
+struct KernelCpuidleCounters {
+  unsigned cpu = 0;
+  std::uint64_t poll_entries = 0, poll_us = 0;  // state POLL
+  std::uint64_t halts = 0, halt_us = 0;         // every other state
+};
+
+struct FleetSeries {
+  std::vector<KernelCpuidleCounters> cpuidle;  // empty when the guest has no cpuidle states
+  std::optional<double> steal_seconds;         // /proc/stat aggregate steal, cumulative
+  std::string mode = "observe";                // effective mode
+  std::string mode_reason;                     // why not kernel mode; empty when kernel mode is active
+  std::string tuner_policy;
+  bool state_file_pending = false;  // a state file with saved originals that this run has not put back
+  std::array<std::uint64_t, 5> decisions{};     // per Action, in enum order
+  std::optional<double> last_change_unix_seconds;
+  std::optional<double> steal_backoff_ratio;
+};
+
+class FleetMetrics {
+ public:
+  void record(const Decision& d);
+  // `controller_status` is Controller::status() (null without a controller).
+  void refresh(const std::string& sysfs_root, const std::vector<unsigned>& cpus, const nlohmann::json& controller_status);
+  const FleetSeries& series() const noexcept { return series_; }
+
+ private:
+  FleetSeries series_;
+};
+
 struct StatsSnapshot {
   std::string version;
   std::string mode;           // effective mode
@@ -64,6 +101,7 @@ struct StatsSnapshot {
   std::uint64_t control_requests_total = 0;
   std::uint64_t control_errors_total = 0;  // error replies sent
   std::uint64_t control_rejected_total = 0;  // connections refused (limit) or closed (malformed, idle)
+  FleetSeries fleet;
 };
 
 // GetStats/Watch payload. `cpu` filters to one CPU (the caller checks that it exists);
@@ -75,7 +113,9 @@ nlohmann::json stats_to_json(const StatsSnapshot& s, std::optional<unsigned> cpu
 std::string render_prometheus(const StatsSnapshot& s);
 
 // Writes `text` to `path` atomically (temporary file in the same directory, fsync, rename) so that
-// a scraper never reads a half-written file. Returns an empty string or the reason of the failure.
+// a scraper never reads a half-written file. The file is mode 0644 whatever the umask (the unit's
+// UMask=0077 would make it root-only, and node_exporter runs as its own user). Returns an empty
+// string or the reason of the failure.
 std::string replace_file_atomically(const std::string& path, const std::string& text);
 
 }  // namespace haltpolld
