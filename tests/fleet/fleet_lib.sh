@@ -86,46 +86,41 @@ exporter_user() {
   fi
 }
 
-# start_node_exporter TEXTFILE_DIR: sets EXPORTER_PORT. Only the textfile collector, on loopback.
-start_node_exporter() {
-  local dir="$1" user try port
-  user="$(exporter_user)"
+# start_on_free_port NAME READY_PATH COMMAND...: runs COMMAND with each "{port}" replaced by a free
+# loopback port, and again on another port when http://127.0.0.1:PORT/READY_PATH does not answer
+# (another process took the port first). Sets PORT.
+start_on_free_port() {
+  local name="$1" ready="$2" try port pid
+  shift 2
   for try in 1 2 3 4 5; do
     port="$(free_port)"
-    local cmd=("$NODE_EXPORTER" --web.listen-address="127.0.0.1:$port" --collector.disable-defaults
-               --collector.textfile --collector.textfile.directory="$dir")
-    if [ -n "$user" ]; then
-      cmd=(setpriv --reuid="$user" --regid="$(id -g "$user")" --clear-groups --inh-caps=-all "${cmd[@]}")
-    fi
-    "${cmd[@]}" >"$FLEET_TMP/node_exporter-$port.log" 2>&1 &
-    local pid=$!
+    "${@//\{port\}/$port}" >"$FLEET_TMP/$name-$port.log" 2>&1 &
+    pid=$!
     FLEET_PIDS+=($pid)
-    if wait_until 10 curl -sf "http://127.0.0.1:$port/metrics"; then
-      EXPORTER_PORT="$port"
+    if wait_until 20 curl -sf "http://127.0.0.1:$port/$ready"; then
+      PORT="$port"
       return 0
     fi
     kill "$pid" 2>/dev/null || true
   done
-  fail "node_exporter did not start (logs in $FLEET_TMP)"
+  fail "$name did not start (logs in $FLEET_TMP)"
+}
+
+# start_node_exporter TEXTFILE_DIR: sets EXPORTER_PORT. Only the textfile collector, on loopback.
+start_node_exporter() {
+  local user cmd=()
+  user="$(exporter_user)"
+  [ -n "$user" ] && cmd=(setpriv --reuid="$user" --regid="$(id -g "$user")" --clear-groups --inh-caps=-all)
+  start_on_free_port node_exporter metrics "${cmd[@]}" "$NODE_EXPORTER" --web.listen-address="127.0.0.1:{port}" \
+    --collector.disable-defaults --collector.textfile --collector.textfile.directory="$1"
+  EXPORTER_PORT="$PORT"
 }
 
 # start_prometheus CONFIG_FILE: sets PROM_PORT; storage in the temporary directory.
 start_prometheus() {
-  local config="$1" try port
-  for try in 1 2 3 4 5; do
-    port="$(free_port)"
-    "$PROMETHEUS" --config.file="$config" --web.listen-address="127.0.0.1:$port" \
-      --storage.tsdb.path="$FLEET_TMP/tsdb-$port" --storage.tsdb.retention.time=1h \
-      >"$FLEET_TMP/prometheus-$port.log" 2>&1 &
-    local pid=$!
-    FLEET_PIDS+=($pid)
-    if wait_until 20 curl -sf "http://127.0.0.1:$port/-/ready"; then
-      PROM_PORT="$port"
-      return 0
-    fi
-    kill "$pid" 2>/dev/null || true
-  done
-  fail "prometheus did not start (logs in $FLEET_TMP)"
+  start_on_free_port prometheus -/ready "$PROMETHEUS" --config.file="$1" --web.listen-address="127.0.0.1:{port}" \
+    --storage.tsdb.path="$FLEET_TMP/tsdb-{port}" --storage.tsdb.retention.time=1h
+  PROM_PORT="$PORT"
 }
 
 # prom_query EXPR [TIME]: the JSON of an instant query.
