@@ -10,7 +10,9 @@ profile to the counters. Each file is replaced by rename, so that a reader never
 The profiles are per-CPU rates measured on a real haltpoll guest (docs: ../shared/real-guest/README.md
 section 4, cap 200000): "wasteful" is a 150 us timer (polls through nearly every idle period, wake
 rate unchanged by polling), "paying" is a pipe ping-pong (short polls that catch wake-ups), "idle"
-is an idle guest.
+is an idle guest. "timer" is the 150 us timer again, but following the guest_halt_poll_ns that the
+tree holds (a daemon in kernel mode writes it), interpolated between the caps measured on the real
+guest: it stops polling at or below 50000 ns and polls through its periods from 200000 ns on.
 
 Usage: fake_guest.py ROOT [--profile P] [--cpus N] [--governor G] [--steal-ratio R]
                           [--step S] [--seconds T] [--init-only]
@@ -27,7 +29,22 @@ PROFILES = {
     "paying": (136600, 196000, 41, 300000),
     "idle": (8, 10, 37, 990000),
 }
+# The timer's rates at the measured caps (ns), same columns.
+TIMER_BY_CAP = [
+    (0, (0, 0, 3338, 950000)),
+    (50000, (3, 5, 3335, 950000)),
+    (100000, (3198, 332000, 3095, 600000)),
+    (200000, (3322, 466000, 27, 480000)),
+]
 USER_HZ = os.sysconf("SC_CLK_TCK")
+
+
+def timer_rates(cap):
+    for (c0, r0), (c1, r1) in zip(TIMER_BY_CAP, TIMER_BY_CAP[1:]):
+        if cap <= c1:
+            f = (cap - c0) / (c1 - c0)
+            return tuple(a + (b - a) * f for a, b in zip(r0, r1))
+    return TIMER_BY_CAP[-1][1]
 
 
 def write(root, rel, text):
@@ -42,7 +59,7 @@ def write(root, rel, text):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("root")
-    ap.add_argument("--profile", choices=sorted(PROFILES), default="idle")
+    ap.add_argument("--profile", choices=sorted(PROFILES) + ["timer"], default="idle")
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--governor", default="haltpoll")
     ap.add_argument("--poll-ns", default="200000", help="initial guest_halt_poll_ns")
@@ -69,7 +86,8 @@ def main():
 
     counters = [[0, 0, 0, 0] for _ in range(a.cpus)]
     stat = {"user": 0, "idle": 0, "steal": 0}
-    rates = PROFILES[a.profile]
+    rates = PROFILES.get(a.profile)
+    cap_file = os.path.join(root, "sys/module/haltpoll/parameters/guest_halt_poll_ns")
 
     def publish():
         for c, (pu, pt, hu, ht) in enumerate(counters):
@@ -92,6 +110,14 @@ def main():
         now = time.monotonic()
         dt = now - last
         last = now
+        if a.profile == "timer":
+            try:
+                with open(cap_file) as f:
+                    rates = timer_rates(int(f.read().strip() or 0))
+            except (OSError, ValueError):
+                pass  # a half-written value: keep the last rates
+            if rates is None:
+                rates = timer_rates(int(a.poll_ns))
         for c in counters:
             for i in range(4):
                 c[i] += rates[i] * dt

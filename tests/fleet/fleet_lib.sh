@@ -74,7 +74,7 @@ def merge(a, b):
 merge(c, json.loads(extra) if extra else {})
 print(json.dumps(c))
 PY
-  (umask 0077; exec "$HALTPOLLD" --config "$g/haltpolld.json" --log-level warn) >"$FLEET_TMP/$name-haltpolld.log" 2>&1 &
+  (umask 0077; exec "$HALTPOLLD" --config "$g/haltpolld.json" --log-level ${FLEET_LOG_LEVEL:-warn}) >"$FLEET_TMP/$name-haltpolld.log" 2>&1 &
   FLEET_PIDS+=($!)
   wait_until 15 test -s "$g/textfile/haltpolld.prom" || fail "haltpolld ($name) wrote no textfile"
 }
