@@ -3,6 +3,7 @@
 #include "control_server.hpp"
 #include "control_service.hpp"
 #include "controller.hpp"
+#include "fleet_metrics.hpp"
 #include "instance_lock.hpp"
 #include "logging.hpp"
 #include "metrics.hpp"

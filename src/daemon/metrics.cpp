@@ -1,7 +1,5 @@
 #include "metrics.hpp"
 
-#include "sensors.hpp"
-
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
@@ -9,9 +7,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -20,6 +18,15 @@ namespace haltpolld {
 using nlohmann::json;
 
 namespace {
+
+std::optional<std::string> read_small_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::string s;
+  std::getline(in, s);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
 
 std::optional<std::uint64_t> read_u64(const std::string& path) {
   auto s = read_small_file(path);
@@ -118,10 +125,11 @@ void render_fleet_series(Exposition& e, const FleetSeries& f) {
     e.family("haltpoll_tuner_info", "gauge", "Constant 1, labelled with the tuner's policy.");
     e.sample("haltpoll_tuner_info", "policy=\"" + escape_label(f.tuner_policy) + "\"", "1");
   }
-  e.family("haltpoll_tuner_decisions_total", "counter", "Tuner decisions, one per tick, by action.");
-  for (Action a : {Action::hold, Action::grow, Action::shrink, Action::set, Action::revert})
-    e.sample("haltpoll_tuner_decisions_total", std::string("action=\"") + to_string(a) + "\"",
-             std::to_string(f.decisions[static_cast<std::size_t>(a)]));
+  if (!f.decisions.empty()) {
+    e.family("haltpoll_tuner_decisions_total", "counter", "Tuner decisions, one per tick, by action.");
+    for (const auto& d : f.decisions)
+      e.sample("haltpoll_tuner_decisions_total", "action=\"" + escape_label(d.action) + "\"", std::to_string(d.count));
+  }
   if (f.last_change_unix_seconds) {
     e.family("haltpoll_tuner_last_change_timestamp_seconds", "gauge", "When the tuner last changed its value (Unix time).");
     e.sample("haltpoll_tuner_last_change_timestamp_seconds", "", fmt_double(*f.last_change_unix_seconds));
@@ -139,54 +147,6 @@ void render_fleet_series(Exposition& e, const FleetSeries& f) {
 }
 
 }  // namespace
-
-void FleetMetrics::record(const Decision& d) {
-  auto i = static_cast<std::size_t>(d.action);
-  if (i < series_.decisions.size()) ++series_.decisions[i];
-  if (d.changed())
-    series_.last_change_unix_seconds =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-void FleetMetrics::refresh(const std::string& sysfs_root, const std::vector<unsigned>& cpus, const json& st) {
-  std::vector<int> ids(cpus.begin(), cpus.end());
-  Sensors sensors(sysfs_root, ids);
-  series_.cpuidle.clear();
-  for (int cpu : sensors.cpus()) {
-    if (auto c = sensors.read_cpuidle(cpu))
-      series_.cpuidle.push_back({static_cast<unsigned>(cpu), c->poll_usage, c->poll_time_us, c->halt_usage, c->halt_time_us});
-  }
-  series_.steal_seconds.reset();
-  if (auto t = sensors.read_proc_stat()) {
-    long hz = ::sysconf(_SC_CLK_TCK);
-    if (hz > 0) series_.steal_seconds = static_cast<double>(t->steal) / static_cast<double>(hz);
-  }
-  auto str = [](const json& j, const char* key) {
-    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
-  };
-  series_.mode = str(st, "effective_mode");
-  if (series_.mode.empty()) series_.mode = "observe";
-  if (series_.mode == "kernel") series_.mode_reason.clear();
-  else if (str(st, "requested_mode") != "kernel") series_.mode_reason = "observe requested by the configuration";
-  else series_.mode_reason = str(st, "kernel_mode_inactive_reason");
-  series_.state_file_pending = false;
-  series_.tuner_policy.clear();
-  series_.steal_backoff_ratio.reset();
-  if (!st.is_object()) return;
-  if (st.contains("kernel") && st["kernel"].is_object()) {
-    const json& k = st["kernel"];
-    std::string file = str(k, "state_file");
-    bool saved_by_us = k.contains("originals_saved") && k["originals_saved"].is_boolean() && k["originals_saved"].get<bool>();
-    struct stat sb{};
-    series_.state_file_pending = !file.empty() && !saved_by_us && ::stat(file.c_str(), &sb) == 0;
-  }
-  if (st.contains("tuner") && st["tuner"].is_object() && st["tuner"].contains("params") && st["tuner"]["params"].is_object()) {
-    const json& p = st["tuner"]["params"];
-    series_.tuner_policy = str(p, "policy");
-    if (p.contains("steal_backoff_percent") && p["steal_backoff_percent"].is_number())
-      series_.steal_backoff_ratio = p["steal_backoff_percent"].get<double>() / 100.0;
-  }
-}
 
 KernelHaltpollParams read_kernel_haltpoll_params(const std::string& sysfs_root) {
   KernelHaltpollParams k;

@@ -5,11 +5,8 @@
 // cross-counter atomic cut); everything here is pure formatting and unit-tested on its own.
 #pragma once
 
-#include "observation.hpp"
-
 #include <nlohmann/json_fwd.hpp>
 
-#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -51,10 +48,8 @@ KernelHaltpollParams read_kernel_haltpoll_params(const std::string& sysfs_root);
 nlohmann::json to_json(const KernelHaltpollParams& k);
 
 // The series a fleet scrapes beside the pool's: the kernel's cumulative cpuidle counters per CPU
-// (as Sensors reads them, unreduced, so that Prometheus takes the rates), steal time, and the
-// tuner's and actuator's state. FleetMetrics keeps them on the control thread: record() counts each
-// tick's Decision, refresh() re-reads sysfs and the Controller's status once per tick, and
-// series() is the copy that a StatsSnapshot carries. Not thread-safe (control thread only).
+// (unreduced, so that Prometheus takes the rates), steal time, and the tuner's and actuator's
+// state. Collected by FleetMetrics (fleet_metrics.hpp); here only the plain values to render.
 struct KernelCpuidleCounters {
   unsigned cpu = 0;
   std::uint64_t poll_entries = 0, poll_us = 0;  // state POLL
@@ -68,20 +63,13 @@ struct FleetSeries {
   std::string mode_reason;                     // why not kernel mode; empty when kernel mode is active
   std::string tuner_policy;
   bool state_file_pending = false;  // a state file with saved originals that this run has not put back
-  std::array<std::uint64_t, 5> decisions{};     // per Action, in enum order
+  struct DecisionCount {
+    std::string action;
+    std::uint64_t count = 0;
+  };
+  std::vector<DecisionCount> decisions;  // every action, zeros included; empty: no tuner
   std::optional<double> last_change_unix_seconds;
   std::optional<double> steal_backoff_ratio;
-};
-
-class FleetMetrics {
- public:
-  void record(const Decision& d);
-  // `controller_status` is Controller::status() (null without a controller).
-  void refresh(const std::string& sysfs_root, const std::vector<unsigned>& cpus, const nlohmann::json& controller_status);
-  const FleetSeries& series() const noexcept { return series_; }
-
- private:
-  FleetSeries series_;
 };
 
 struct StatsSnapshot {

@@ -54,6 +54,12 @@ grep -E '^(# (HELP|TYPE) )?haltpoll_' "$scrape1" >"$FLEET_TMP/haltpoll.scrape"
 lint="$("$PROMTOOL" check metrics <"$FLEET_TMP/haltpoll.scrape" 2>&1)" || fail "promtool check metrics: $lint"
 [ -z "$lint" ] || fail "promtool check metrics findings: $lint"
 
+# The socket's GetMetrics serves the same families as the file.
+if [ -n "${HALTPOLLCTL:-}" ]; then
+  "$HALTPOLLCTL" --socket "$FLEET_TMP/g1/io.haltpolld" metrics | grep '^# TYPE haltpoll_' | sort >"$FLEET_TMP/types.socket"
+  diff -u "$FLEET_TMP/types.file" "$FLEET_TMP/types.socket" >&2 || fail "GetMetrics and the textfile differ in families"
+fi
+
 # The counters advance between scrapes (the daemon re-reads the tree every tick).
 value() { grep -E "^$1 " "$2" | awk '{print $2}'; }
 before="$(value 'haltpoll_kernel_poll_entries_total\{cpu="0"\}' "$scrape1")"

@@ -66,8 +66,8 @@ print(r[0]["value"][1] if len(r) == 1 else "none")'
 }
 firing() { [ "$(count "ALERTS{alertstate=\"firing\",$1}")" -ge 1 ]; }
 
-wait_until 40 firing 'alertname="HaltpollPollingDoesNotPay",guest="waste"' ||
-  fail "HaltpollPollingDoesNotPay did not fire for waste within 40 s: $(prom_query 'ALERTS')"
+wait_until 60 firing 'alertname="HaltpollPollingDoesNotPay",guest="waste"' ||
+  fail "HaltpollPollingDoesNotPay did not fire for waste within 60 s: $(prom_query 'ALERTS')"
 echo "HaltpollPollingDoesNotPay firing for waste after $((SECONDS - t0)) s"
 wait_until 20 firing 'alertname="HaltpollKernelModeInactive",guest="menu"' || fail "HaltpollKernelModeInactive did not fire for menu"
 wait_until 10 firing 'alertname="HaltpollParametersNotRestored",guest="menu"' || fail "HaltpollParametersNotRestored did not fire for menu"
