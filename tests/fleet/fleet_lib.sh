@@ -7,6 +7,8 @@
 FLEET_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 FLEET_PIDS=()
 FLEET_TMP=""
+# Each server also dies on its own after this long, should the caller be killed past its traps.
+FLEET_LIFETIME=(timeout --kill-after=5 "${FLEET_MAX_SECONDS:-300}")
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -58,7 +60,7 @@ start_guest() {
   mkdir -p "$g/state" "$g/textfile"
   chmod 0755 "$g" "$g/textfile"
   "$PYTHON3" "$FLEET_DIR/fake_guest.py" "$g/root" "${args[@]}" --init-only || fail "fake_guest.py $name"
-  "$PYTHON3" "$FLEET_DIR/fake_guest.py" "$g/root" "${args[@]}" >"$FLEET_TMP/$name-guest.log" 2>&1 &
+  "${FLEET_LIFETIME[@]}" "$PYTHON3" "$FLEET_DIR/fake_guest.py" "$g/root" "${args[@]}" >"$FLEET_TMP/$name-guest.log" 2>&1 &
   FLEET_PIDS+=($!)
   "$PYTHON3" - "$g" "$extra" >"$g/haltpolld.json" <<'PY'
 import json, sys
@@ -74,7 +76,7 @@ def merge(a, b):
 merge(c, json.loads(extra) if extra else {})
 print(json.dumps(c))
 PY
-  (umask 0077; exec "$HALTPOLLD" --config "$g/haltpolld.json" --log-level ${FLEET_LOG_LEVEL:-warn}) >"$FLEET_TMP/$name-haltpolld.log" 2>&1 &
+  (umask 0077; exec "${FLEET_LIFETIME[@]}" "$HALTPOLLD" --config "$g/haltpolld.json" --log-level ${FLEET_LOG_LEVEL:-warn}) >"$FLEET_TMP/$name-haltpolld.log" 2>&1 &
   FLEET_PIDS+=($!)
   wait_until 15 test -s "$g/textfile/haltpolld.prom" || fail "haltpolld ($name) wrote no textfile"
 }
@@ -94,7 +96,7 @@ start_on_free_port() {
   shift 2
   for try in 1 2 3 4 5; do
     port="$(free_port)"
-    "${@//\{port\}/$port}" >"$FLEET_TMP/$name-$port.log" 2>&1 &
+    "${FLEET_LIFETIME[@]}" "${@//\{port\}/$port}" >"$FLEET_TMP/$name-$port.log" 2>&1 &
     pid=$!
     FLEET_PIDS+=($pid)
     if wait_until 20 curl -sf "http://127.0.0.1:$port/$ready"; then
