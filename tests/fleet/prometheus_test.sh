@@ -6,8 +6,9 @@
 #   - every recording rule has a value, and the poll-CPU shares are those the fake trees advance;
 #   - "waste" (a 150 us timer at a static 200000 ns) fires HaltpollPollingDoesNotPay, and "pays"
 #     (a pipe ping-pong at the same value) never even has it pending;
-#   - "menu" (kernel mode asked for under the menu governor, a broken state file left behind) fires
-#     HaltpollKernelModeInactive with the reason and HaltpollParametersNotRestored;
+#   - "menu" (kernel mode asked for under the menu governor, a broken state file left behind, 30 %
+#     steal) fires HaltpollKernelModeInactive with the reason, HaltpollParametersNotRestored and
+#     HaltpollStealAboveBackoff;
 #   - every query of contrib/grafana/haltpolld.json returns data (check_dashboard.py --prometheus).
 set -euo pipefail
 . "$(dirname "$0")/fleet_lib.sh"
@@ -18,7 +19,7 @@ start_guest waste --profile wasteful --cpus 2 --step 0.2
 start_guest pays --profile paying --cpus 2 --step 0.2
 mkdir -p "$FLEET_TMP/menu/state"
 echo '{not json' >"$FLEET_TMP/menu/state/haltpoll-params.json"
-start_guest menu --profile idle --cpus 2 --governor menu --step 0.2
+start_guest menu --profile idle --cpus 2 --governor menu --steal-ratio 0.3 --step 0.2
 
 declare -A port
 for g in waste pays menu; do
@@ -71,6 +72,7 @@ wait_until 60 firing 'alertname="HaltpollPollingDoesNotPay",guest="waste"' ||
 echo "HaltpollPollingDoesNotPay firing for waste after $((SECONDS - t0)) s"
 wait_until 20 firing 'alertname="HaltpollKernelModeInactive",guest="menu"' || fail "HaltpollKernelModeInactive did not fire for menu"
 wait_until 10 firing 'alertname="HaltpollParametersNotRestored",guest="menu"' || fail "HaltpollParametersNotRestored did not fire for menu"
+wait_until 20 firing 'alertname="HaltpollStealAboveBackoff",guest="menu"' || fail "HaltpollStealAboveBackoff did not fire for menu"
 
 # The reason travels as a label from the daemon to the alert.
 reason="$(prom_query 'ALERTS{alertname="HaltpollKernelModeInactive",guest="menu"}' |
@@ -102,6 +104,8 @@ check_range 'instance:haltpoll_poll_seconds_per_wake:rate5m{guest="waste"}' 100e
 check_range 'instance:haltpoll_poll_seconds_per_wake:rate5m{guest="pays"}' 0.5e-6 3e-6
 check_range 'instance:haltpoll_poll_hit:ratio_rate5m{guest="pays"}' 0.99 1
 check_range 'instance:haltpoll_guest_halt_poll_seconds:avg5m{guest="waste"}' 0.0002 0.0002
+check_range 'instance:haltpoll_steal:ratio_rate5m{guest="menu"}' 0.25 0.35
+check_range 'instance:haltpoll_steal:ratio_rate5m{guest="pays"}' 0 0
 
 # The dashboard's queries, as Grafana would send them for the "waste" guest.
 "$PYTHON3" "$FLEET_DIR/check_dashboard.py" "$DASHBOARD" "$RULES" --prometheus "http://127.0.0.1:$PROM_PORT" \
