@@ -95,7 +95,7 @@ void render_fleet_series(Exposition& e, const FleetSeries& f) {
     std::uint64_t KernelCpuidleCounters::*field;
     bool us;
   };
-  // idle entries are the sum of the two entry counts, rendered apart below.
+  // After haltpoll_kernel_idle_entries_total (the sum of the two entry counts), each of these.
   static const Counter cpuidle[] = {
       {"haltpoll_kernel_poll_entries_total", "Entries into the cpuidle POLL state.", &KernelCpuidleCounters::poll_entries, false},
       {"haltpoll_kernel_poll_seconds_total", "Time spent in the cpuidle POLL state.", &KernelCpuidleCounters::poll_us, true},
@@ -132,7 +132,9 @@ void render_fleet_series(Exposition& e, const FleetSeries& f) {
   }
   if (f.last_change_unix_seconds) {
     e.family("haltpoll_tuner_last_change_timestamp_seconds", "gauge", "When the tuner last changed its value (Unix time).");
-    e.sample("haltpoll_tuner_last_change_timestamp_seconds", "", fmt_double(*f.last_change_unix_seconds));
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", *f.last_change_unix_seconds);  // %.9g would round to 10 s
+    e.sample("haltpoll_tuner_last_change_timestamp_seconds", "", buf);
   }
   if (f.steal_seconds) {
     e.family("haltpoll_steal_seconds_total", "counter", "Time the host stole from all the guest's CPUs (/proc/stat).");

@@ -195,6 +195,11 @@ TEST_CASE("fleet series: decisions by action and the time of the last change") {
                           std::to_string(expect[static_cast<std::size_t>(a)])));
   REQUIRE(f.series().last_change_unix_seconds.has_value());
   CHECK(*f.series().last_change_unix_seconds >= before);
+  // Rendered to the millisecond, not rounded to nine digits (ten seconds of a Unix time).
+  const std::string key = "\nhaltpoll_tuner_last_change_timestamp_seconds ";
+  const auto at = t.find(key);
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(t.substr(at + key.size())) == Approx(*f.series().last_change_unix_seconds).epsilon(0).margin(0.001));
   auto [rc, out] = promtool_check_metrics(t);
   INFO(out);
   CHECK(rc == 0);
