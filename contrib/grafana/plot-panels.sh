@@ -70,7 +70,7 @@ want = {
     "value": (expr("Tuner value and poll limit", 0), None),
     "decisions": (json.load(open(dash))["annotations"]["list"][0]["expr"]
                   .replace("[1m]", "[5s]").replace("$instance", tuned), "action"),
-    "alerts": ('count by (guest) (ALERTS{alertstate="firing",alertname="HaltpollPollingDoesNotPay"})', "guest"),
+    "alerts": ('count(ALERTS{alertstate="firing",alertname="HaltpollPollingDoesNotPay"})', None),
 }
 for name, (q, label) in want.items():
     args = urllib.parse.urlencode({"query": q, "start": start, "end": end, "step": "1"})
@@ -119,6 +119,7 @@ set ylabel "% of the CPU"
 plot $(series cpu_poll 100 "cpu ")
 set title "Guest 'tuned': wake-ups and halts per CPU"
 set ylabel "per second"
+set key bottom right
 plot $(series wakes 1 "wake-ups cpu "), $(series halts 1 "halts cpu ")
 set title "Guest 'tuned': guest_halt_poll_ns in force, tuner decisions (impulses)"
 set ylabel "us"
@@ -127,10 +128,11 @@ set y2tics
 plot $(series value 1e6 "guest_halt_poll_ns"), $(series decisions 1 "decision: " | sed 's/with lines lw 2/axes x1y2 with impulses lw 3/g')
 unset y2tics
 unset y2label
-set title "HaltpollPollingDoesNotPay firing (for: 15 s in this run)"
-set ylabel "firing"
-set yrange [0:1.2]
-plot $(series alerts 1 "")
+set key top right
+set title "Guests with HaltpollPollingDoesNotPay firing (for: 15 s in this run)"
+set ylabel "guests"
+set yrange [0:3]
+plot $(series alerts 1 "waste, and tuned until tuned")
 unset multiplot
 EOF
 echo "plot-panels: wrote $out" >&2
