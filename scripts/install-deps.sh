@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages haltpolld needs that are missing. Idempotent; silent when
 # everything is present. Usage: scripts/install-deps.sh [--arm64] [--extra]
 #   --arm64  also the arm64 cross toolchain, qemu-user and the :arm64 -dev libraries (multiarch)
-#   --extra  also the tools of the optional checks (clang's sanitizer runtime for fuzzing, gnuplot)
+#   --extra  also the tools of the optional checks (clang's sanitizer runtime for fuzzing, gnuplot:
+#            also for contrib/grafana/plot-panels.sh)
 set -euo pipefail
 
 want_arm64=0 want_extra=0
@@ -21,9 +22,12 @@ done
 # The eBPF kernel signals (src/bpf): clang compiles the program for -target bpf, bpftool turns it into
 # a skeleton, libbpf-dev (with libelf-dev and zlib1g-dev, its link dependencies) loads it;
 # linux-perf is the cross-check of tests/bpf and scripts/kernel-signals-check.sh.
+# prometheus (with promtool), prometheus-node-exporter, python3 and curl run the fleet tests
+# (tests/fleet, label "fleet").
 pkgs=(cmake make g++ pkg-config libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
       catch2 libsystemd-dev liburcu-dev systemd util-linux procps spin xz-utils
-      clang libbpf-dev bpftool libelf-dev zlib1g-dev linux-perf)
+      clang libbpf-dev bpftool libelf-dev zlib1g-dev linux-perf
+      prometheus prometheus-node-exporter python3 curl)
 if [ "$want_arm64" = 1 ]; then
   # Multiarch: the arm64 builds of the compiled libraries come from Debian's own :arm64 packages,
   # so no x86 library can end up in an arm64 link. Header-only packages (Boost, nlohmann-json,

@@ -2,6 +2,7 @@
 
 #include "control/control_server.hpp"
 #include "control/control_service.hpp"
+#include "fleet_metrics.hpp"
 #include "tuning/controller.hpp"
 #include "instance_lock.hpp"
 #include "logging.hpp"
@@ -122,6 +123,7 @@ struct Daemon::Impl final : ControlBackend {
   // Refreshed every tick, so that GetStats (the hot read) neither locks the controller nor reads sysfs.
   std::string effective_mode_ = "observe";
   KernelHaltpollParams kernel_;
+  FleetMetrics fleet_;
   void refresh_cached_state();
 };
 
@@ -204,13 +206,14 @@ void Daemon::Impl::refresh_cached_state() {
     if (st.contains("effective_mode") && st["effective_mode"].is_string()) effective_mode_ = st["effective_mode"].get<std::string>();
   }
   kernel_ = read_kernel_haltpoll_params(config_.sysfs_root);
+  fleet_.refresh(config_.sysfs_root, cpus_, controller_ ? controller_->status() : json(nullptr));
 }
 
 void Daemon::Impl::tick() {
   ++ticks_;
   if (controller_) {
     try {
-      controller_->tick();
+      fleet_.record(controller_->tick());
     } catch (const std::exception& e) {
       spdlog::error("tuner tick failed: {}", e.what());
     }
@@ -308,6 +311,7 @@ StatsSnapshot Daemon::Impl::stats() {
   s.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   s.monotonic_ns = monotonic_ns();
   s.kernel = kernel_;
+  s.fleet = fleet_.series();
   s.tuner_ticks = ticks_;
   s.config_reloads = reloads_;
   s.config_reload_failures = reload_failures_;

@@ -46,6 +46,76 @@ class Exposition {
 
 std::string cpu_label(unsigned cpu) { return "cpu=\"" + std::to_string(cpu) + "\""; }
 
+// Exact, unlike %.9g: a busy CPU's poll time passes 10^3 s within hours, and rounding a counter to
+// nine digits would make its rate over a short window jump.
+std::string micros_as_seconds(std::uint64_t us) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%llu.%06llu", static_cast<unsigned long long>(us / 1000000),
+                static_cast<unsigned long long>(us % 1000000));
+  return buf;
+}
+
+// The series of FleetSeries, kept in one block so that they move with the writer as a whole.
+void render_fleet_series(Exposition& e, const FleetSeries& f) {
+  struct Counter {
+    const char* name;
+    const char* help;
+    std::uint64_t KernelCpuidleCounters::*field;
+    bool us;
+  };
+  // After haltpoll_kernel_idle_entries_total (the sum of the two entry counts), each of these.
+  static const Counter cpuidle[] = {
+      {"haltpoll_kernel_poll_entries_total", "Entries into the cpuidle POLL state.", &KernelCpuidleCounters::poll_entries, false},
+      {"haltpoll_kernel_poll_seconds_total", "Time spent in the cpuidle POLL state.", &KernelCpuidleCounters::poll_us, true},
+      {"haltpoll_kernel_halts_total", "Entries into the other cpuidle states (halt).", &KernelCpuidleCounters::halts, false},
+      {"haltpoll_kernel_halt_seconds_total", "Time spent in the other cpuidle states (halt).", &KernelCpuidleCounters::halt_us,
+       true},
+  };
+  if (!f.cpuidle.empty()) {
+    e.family("haltpoll_kernel_idle_entries_total", "counter", "Idle entries (POLL and halt) of the CPU, from cpuidle.");
+    for (const auto& c : f.cpuidle)
+      e.sample("haltpoll_kernel_idle_entries_total", cpu_label(c.cpu), std::to_string(c.poll_entries + c.halts));
+    for (const auto& k : cpuidle) {
+      e.family(k.name, "counter", k.help);
+      for (const auto& c : f.cpuidle)
+        e.sample(k.name, cpu_label(c.cpu),
+                 k.us ? micros_as_seconds(c.*(k.field)) : std::to_string(c.*(k.field)));
+    }
+  }
+  e.family("haltpoll_kernel_mode_info", "gauge",
+           "Constant 1, labelled with the effective mode and why kernel mode is not active (empty when it is).");
+  e.sample("haltpoll_kernel_mode_info", "mode=\"" + escape_label(f.mode) + "\",reason=\"" + escape_label(f.mode_reason) + "\"",
+           "1");
+  e.family("haltpoll_state_file_pending", "gauge",
+           "1 while a state file with saved original kernel parameters is left behind unapplied.");
+  e.sample("haltpoll_state_file_pending", "", f.state_file_pending ? "1" : "0");
+  if (!f.tuner_policy.empty()) {
+    e.family("haltpoll_tuner_info", "gauge", "Constant 1, labelled with the tuner's policy.");
+    e.sample("haltpoll_tuner_info", "policy=\"" + escape_label(f.tuner_policy) + "\"", "1");
+  }
+  if (!f.decisions.empty()) {
+    e.family("haltpoll_tuner_decisions_total", "counter", "Tuner decisions, one per tick, by action.");
+    for (const auto& d : f.decisions)
+      e.sample("haltpoll_tuner_decisions_total", "action=\"" + escape_label(d.action) + "\"", std::to_string(d.count));
+  }
+  if (f.last_change_unix_seconds) {
+    e.family("haltpoll_tuner_last_change_timestamp_seconds", "gauge", "When the tuner last changed its value (Unix time).");
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", *f.last_change_unix_seconds);  // %.9g would round to 10 s
+    e.sample("haltpoll_tuner_last_change_timestamp_seconds", "", buf);
+  }
+  if (f.steal_seconds) {
+    e.family("haltpoll_steal_seconds_total", "counter", "Time the host stole from all the guest's CPUs (/proc/stat).");
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", *f.steal_seconds);  // USER_HZ ticks: exact to 10 ms, for years
+    e.sample("haltpoll_steal_seconds_total", "", buf);
+  }
+  if (f.steal_backoff_ratio) {
+    e.family("haltpoll_tuner_steal_backoff_ratio", "gauge", "Steal share of all CPU time above which the tuner backs off.");
+    e.sample("haltpoll_tuner_steal_backoff_ratio", "", fmt_double(*f.steal_backoff_ratio));
+  }
+}
+
 }  // namespace
 
 std::string render_prometheus(const StatsSnapshot& s) {
@@ -133,6 +203,7 @@ std::string render_prometheus(const StatsSnapshot& s) {
   counter("haltpoll_control_errors_total", "Varlink error replies sent.", s.control_errors_total);
   counter("haltpoll_control_rejected_total", "Connections refused or closed by the daemon (limit, malformed, idle).",
           s.control_rejected_total);
+  render_fleet_series(e, s.fleet);
   return e.str();
 }
 

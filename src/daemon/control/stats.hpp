@@ -40,6 +40,31 @@ struct CpuStats {
 
 nlohmann::json to_json(const KernelHaltpollParams& k);
 
+// The series a fleet scrapes beside the pool's: the kernel's cumulative cpuidle counters per CPU
+// (unreduced, so that Prometheus takes the rates), steal time, and the tuner's and actuator's
+// state. Collected by FleetMetrics (fleet_metrics.hpp); here only the plain values to render.
+struct KernelCpuidleCounters {
+  unsigned cpu = 0;
+  std::uint64_t poll_entries = 0, poll_us = 0;  // state POLL
+  std::uint64_t halts = 0, halt_us = 0;         // every other state
+};
+
+struct FleetSeries {
+  std::vector<KernelCpuidleCounters> cpuidle;  // empty when the guest has no cpuidle states
+  std::optional<double> steal_seconds;         // /proc/stat aggregate steal, cumulative
+  std::string mode = "observe";                // effective mode
+  std::string mode_reason;                     // why not kernel mode; empty when kernel mode is active
+  std::string tuner_policy;
+  bool state_file_pending = false;  // a state file with saved originals that this run has not put back
+  struct DecisionCount {
+    std::string action;
+    std::uint64_t count = 0;
+  };
+  std::vector<DecisionCount> decisions;  // every action, zeros included; empty: no tuner
+  std::optional<double> last_change_unix_seconds;
+  std::optional<double> steal_backoff_ratio;
+};
+
 struct StatsSnapshot {
   std::string version;
   std::string mode;           // effective mode
@@ -57,6 +82,7 @@ struct StatsSnapshot {
   std::uint64_t control_requests_total = 0;
   std::uint64_t control_errors_total = 0;  // error replies sent
   std::uint64_t control_rejected_total = 0;  // connections refused (limit) or closed (malformed, idle)
+  FleetSeries fleet;
 };
 
 // GetStats/Watch payload. `cpu` filters to one CPU (the caller checks that it exists);

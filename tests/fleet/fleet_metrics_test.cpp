@@ -1,0 +1,223 @@
+// The fleet series of the Prometheus writer: FleetMetrics fed by a real Controller on a fake sysfs
+// tree (cumulative cpuidle counters, steal, mode and reason, pending state file, decisions), the
+// exposition checked by the real `promtool check metrics`, and the textfile's mode under the
+// unit's UMask=0077.
+#include "control/prometheus.hpp"
+#include "sysfs/file_io.hpp"
+#include "tuning/controller.hpp"
+#include "fake_sysfs.hpp"
+#include "fleet_metrics.hpp"
+#include "subprocess.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+using namespace haltpolld;
+using testsupport::FakeSysfs;
+using testsupport::TempDir;
+
+namespace {
+
+ControllerOptions options(const FakeSysfs& fs, const TempDir& dir, bool kernel, std::uint32_t static_ns) {
+  ControllerOptions o;
+  o.sysfs_root = fs.root();
+  o.state_dir = dir.path();
+  o.kernel_mode = kernel;
+  o.cpus = {0, 1};
+  o.probe_rate_hz = 0;
+  o.tuner.policy = Policy::static_value;
+  o.tuner.static_ns = static_ns;
+  o.tuner.steal_backoff_percent = 12.5;
+  return o;
+}
+
+std::string render(const FleetMetrics& f) {
+  StatsSnapshot s;
+  s.version = "test";
+  s.mode = f.series().mode;
+  s.fleet = f.series();
+  return render_prometheus(s);
+}
+
+bool has_line(const std::string& text, const std::string& line) { return text.find("\n" + line + "\n") != std::string::npos; }
+
+// promtool reads the exposition on stdin; a temporary file keeps the Subprocess helper one-way.
+std::pair<int, std::string> promtool_check_metrics(const std::string& text) {
+  TempDir d;
+  const std::string file = d.path() + "/m.prom";
+  std::ofstream(file) << text;
+  auto r = testsupport::run({"/bin/sh", "-c", std::string(PROMTOOL_BIN) + " check metrics < " + file});
+  return {r.code, r.out + r.err};
+}
+
+}  // namespace
+
+TEST_CASE("fleet series: cumulative cpuidle counters and steal, exactly as the tree has them") {
+  FakeSysfs fs;
+  TempDir dir;
+  fs.set_state(0, 0, "POLL", 1234, 5'000'001);   // 5.000001 s of polling
+  fs.set_state(0, 1, "haltpoll", 77, 9'000'000);
+  fs.set_state(1, 0, "POLL", 10, 20);
+  fs.set_state(1, 1, "haltpoll", 30, 40);
+  fs.set_proc_stat(1000, 250);  // 250 USER_HZ ticks of steal
+  Controller c(options(fs, dir, false, 0), std::unique_ptr<PoolAccess>{});
+  c.start();
+  FleetMetrics f;
+  f.refresh(fs.root(), {0, 1}, c.status());
+  const std::string t = render(f);
+  CHECK(has_line(t, "# TYPE haltpoll_kernel_idle_entries_total counter"));
+  CHECK(has_line(t, "haltpoll_kernel_idle_entries_total{cpu=\"0\"} 1311"));
+  CHECK(has_line(t, "haltpoll_kernel_poll_entries_total{cpu=\"0\"} 1234"));
+  CHECK(has_line(t, "haltpoll_kernel_poll_seconds_total{cpu=\"0\"} 5.000001"));
+  CHECK(has_line(t, "haltpoll_kernel_halts_total{cpu=\"0\"} 77"));
+  CHECK(has_line(t, "haltpoll_kernel_halt_seconds_total{cpu=\"0\"} 9.000000"));
+  CHECK(has_line(t, "haltpoll_kernel_poll_seconds_total{cpu=\"1\"} 0.000020"));
+  const double hz = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  REQUIRE(f.series().steal_seconds.has_value());
+  CHECK(*f.series().steal_seconds == Approx(250.0 / hz));
+  CHECK(has_line(t, "haltpoll_tuner_steal_backoff_ratio 0.125"));
+  CHECK(has_line(t, "haltpoll_tuner_info{policy=\"static\"} 1"));
+
+  // The counters are read afresh, not reduced to deltas: a later refresh shows the new totals.
+  fs.set_state(0, 0, "POLL", 2000, 6'000'000);
+  f.refresh(fs.root(), {0, 1}, c.status());
+  CHECK(has_line(render(f), "haltpoll_kernel_poll_entries_total{cpu=\"0\"} 2000"));
+
+  auto [rc, out] = promtool_check_metrics(t);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.empty());  // promtool prints lint findings (names, units, HELP) even when it exits 0
+}
+
+TEST_CASE("fleet series: no cpuidle states, no per-CPU kernel series (not zeros)") {
+  FakeSysfs fs(FakeSysfs::Options{.cpuidle_states = false});
+  TempDir dir;
+  Controller c(options(fs, dir, false, 0), std::unique_ptr<PoolAccess>{});
+  c.start();
+  FleetMetrics f;
+  f.refresh(fs.root(), {0, 1}, c.status());
+  const std::string t = render(f);
+  CHECK(t.find("haltpoll_kernel_idle_entries_total") == std::string::npos);
+  CHECK(t.find("haltpoll_kernel_poll_seconds_total") == std::string::npos);
+  CHECK(has_line(t, "haltpoll_kernel_mode_info{mode=\"observe\",reason=\"observe requested by the configuration\"} 1"));
+  auto [rc, out] = promtool_check_metrics(t);
+  INFO(out);
+  CHECK(rc == 0);
+}
+
+TEST_CASE("fleet series: mode and reason") {
+  TempDir dir;
+  SECTION("kernel mode active: reason empty") {
+    FakeSysfs fs;
+    Controller c(options(fs, dir, true, 30000), std::unique_ptr<PoolAccess>{});
+    c.start();
+    FleetMetrics f;
+    f.refresh(fs.root(), {0, 1}, c.status());
+    CHECK(has_line(render(f), "haltpoll_kernel_mode_info{mode=\"kernel\",reason=\"\"} 1"));
+    c.stop();
+  }
+  SECTION("kernel mode asked for on a menu-governed guest: the controller's reason") {
+    FakeSysfs fs(FakeSysfs::Options{.governor = "menu"});
+    Controller c(options(fs, dir, true, 30000), std::unique_ptr<PoolAccess>{});
+    c.start();
+    FleetMetrics f;
+    f.refresh(fs.root(), {0, 1}, c.status());
+    CHECK(f.series().mode == "observe");
+    CHECK(f.series().mode_reason.find("'menu'") != std::string::npos);
+    CHECK(render(f).find("haltpoll_kernel_mode_info{mode=\"observe\",reason=\"cpuidle current_governor is 'menu'") !=
+          std::string::npos);
+  }
+  SECTION("no controller status: observe, and the reason says the configuration (nothing to report)") {
+    FleetMetrics f;
+    f.refresh("/nonexistent-root", {}, nlohmann::json(nullptr));
+    CHECK(f.series().mode == "observe");
+    CHECK(f.series().cpuidle.empty());
+    CHECK_FALSE(f.series().steal_seconds.has_value());
+  }
+}
+
+TEST_CASE("fleet series: a state file this run could not put back is pending, our own is not") {
+  FakeSysfs fs;
+  TempDir dir;
+  SECTION("own state file while tuning") {
+    Controller c(options(fs, dir, true, 30000), std::unique_ptr<PoolAccess>{});
+    c.start();
+    c.tick();  // the static value differs from the tree's 200000: originals saved, value written
+    REQUIRE(std::filesystem::exists(c.state_file()));
+    FleetMetrics f;
+    f.refresh(fs.root(), {0, 1}, c.status());
+    CHECK_FALSE(f.series().state_file_pending);
+    CHECK(has_line(render(f), "haltpoll_state_file_pending 0"));
+    c.stop();
+  }
+  SECTION("a broken state file left by an earlier run") {
+    std::ofstream(dir.path() + "/haltpoll-params.json") << "{not json";
+    Controller c(options(fs, dir, true, 30000), std::unique_ptr<PoolAccess>{});
+    c.start();  // recover() refuses the file and leaves it in place
+    FleetMetrics f;
+    f.refresh(fs.root(), {0, 1}, c.status());
+    CHECK(f.series().state_file_pending);
+    CHECK(has_line(render(f), "haltpoll_state_file_pending 1"));
+  }
+}
+
+TEST_CASE("fleet series: decisions by action and the time of the last change") {
+  FakeSysfs fs;
+  TempDir dir;
+  Controller c(options(fs, dir, true, 30000), std::unique_ptr<PoolAccess>{});
+  c.start();
+  FleetMetrics f;
+  f.refresh(fs.root(), {0, 1}, c.status());
+  CHECK(render(f).find("haltpoll_tuner_last_change_timestamp_seconds") == std::string::npos);
+  const double before = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::array<std::uint64_t, 5> expect{};
+  bool changed = false;
+  for (int i = 0; i < 5; ++i) {
+    Decision d = c.tick();
+    ++expect[static_cast<std::size_t>(d.action)];
+    changed |= d.changed();
+    f.record(d);
+  }
+  REQUIRE(changed);  // 200000 -> 30000 on the first tick
+  REQUIRE(f.series().decisions.size() == expect.size());
+  for (Action a : {Action::hold, Action::grow, Action::shrink, Action::set, Action::revert}) {
+    const auto& d = f.series().decisions[static_cast<std::size_t>(a)];
+    CHECK(d.action == to_string(a));
+    CHECK(d.count == expect[static_cast<std::size_t>(a)]);
+  }
+  const std::string t = render(f);
+  for (Action a : {Action::hold, Action::grow, Action::shrink, Action::set, Action::revert})
+    CHECK(has_line(t, std::string("haltpoll_tuner_decisions_total{action=\"") + to_string(a) + "\"} " +
+                          std::to_string(expect[static_cast<std::size_t>(a)])));
+  REQUIRE(f.series().last_change_unix_seconds.has_value());
+  CHECK(*f.series().last_change_unix_seconds >= before);
+  // Rendered to the millisecond, not rounded to nine digits (ten seconds of a Unix time).
+  const std::string key = "\nhaltpoll_tuner_last_change_timestamp_seconds ";
+  const auto at = t.find(key);
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(t.substr(at + key.size())) == Approx(*f.series().last_change_unix_seconds).epsilon(0).margin(0.001));
+  auto [rc, out] = promtool_check_metrics(t);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.empty());
+  c.stop();
+}
+
+TEST_CASE("textfile: mode 0644 whatever the umask, so node_exporter's user can read it") {
+  TempDir dir;
+  const std::string path = dir.path() + "/haltpolld.prom";
+  const mode_t old = ::umask(077);
+  // The daemon writes its textfile with this mode (daemon.cpp, write_textfile).
+  const int err = replace_file_atomically(path, "haltpoll_uptime_seconds 1\n", {.mode = 0644});
+  ::umask(old);
+  REQUIRE(err == 0);
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0644);
+}
