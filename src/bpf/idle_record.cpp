@@ -170,6 +170,25 @@ int run_record(const RecordOptions& o, std::ostream& err) {
   std::fprintf(out, "# haltpolld record: %s, %.3f s requested, %u possible CPUs\n", when, o.seconds,
                trace->possible_cpus());
   std::fprintf(out, "# %s\n", trace->status().c_str());
+  // The governor's parameters in force, so that `haltpolld simulate` replays with the same ones
+  // (docs/kernel-signals.md, "Replaying a recording"). Values are checked: a parameter file that
+  // does not read as a plain number (or Y/N) is left out rather than copied.
+  {
+    std::string header;
+    for (const char* name : {"guest_halt_poll_ns", "guest_halt_poll_grow", "guest_halt_poll_grow_start",
+                             "guest_halt_poll_shrink", "guest_halt_poll_allow_shrink"}) {
+      std::FILE* f = std::fopen((o.sysfs_root + "/module/haltpoll/parameters/" + name).c_str(), "re");
+      if (!f) continue;
+      char v[32] = "";
+      const bool got = std::fgets(v, sizeof v, f) != nullptr;
+      std::fclose(f);
+      std::string value = got ? v : "";
+      while (!value.empty() && (value.back() == '\n' || value.back() == ' ')) value.pop_back();
+      const bool number = !value.empty() && value.size() <= 10 && value.find_first_not_of("0123456789") == std::string::npos;
+      if (number || value == "Y" || value == "N") header += std::string(" ") + name + "=" + value;
+    }
+    if (!header.empty()) std::fprintf(out, "# haltpoll%s\n", header.c_str());
+  }
   std::fprintf(out, "# cpu state residency_ns | # limit cpu old new grow|shrink\n");
 
   std::uint64_t periods = 0, limits = 0;

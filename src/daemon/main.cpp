@@ -4,6 +4,8 @@
 #include "logging.hpp"
 #include "sim/simulate.hpp"
 
+#include "idle_record.hpp"
+
 #include "haltpoll/version.hpp"
 
 #include <CLI/CLI.hpp>
@@ -13,6 +15,8 @@
 
 #include <cstdio>
 #include <functional>
+#include <iostream>
+#include <memory>
 #include <vector>
 
 using haltpolld::ExitCode;
@@ -22,8 +26,24 @@ namespace {
 // Subcommands other than running the daemon: each adds itself to the command line and returns
 // what runs it once the command line chose it. A new one is one more line here.
 using AddSubcommand = std::function<int()> (*)(CLI::App&);
+// `haltpolld record`: the eBPF program in record mode (src/bpf/idle_record.hpp). Exit codes: 0,
+// 2 bad arguments, 3 kernel signals unavailable (the reason on stderr), 4 output not writable.
+std::function<int()> add_record_command(CLI::App& parent) {
+  auto* app = parent.add_subcommand(
+      "record", "capture every CPU's idle periods and the kernel's poll-limit changes (eBPF; needs "
+                "CAP_BPF and CAP_PERFMON) in the text format `haltpolld simulate` reads");
+  auto o = std::make_shared<haltpolld::RecordOptions>();
+  app->add_option("--seconds", o->seconds, "how long to record, in (0, 86400]")
+      ->required()
+      ->check(CLI::Range(1e-3, 86400.0));
+  app->add_option("--output", o->output, "file to write ('-' for stdout); replaced only when the recording succeeds")
+      ->required();
+  return [o] { return haltpolld::run_record(*o, std::cerr); };
+}
+
 constexpr AddSubcommand kSubcommands[] = {
     haltpolld::add_simulate_command,
+    add_record_command,
 };
 
 }  // namespace

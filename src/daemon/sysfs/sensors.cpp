@@ -2,6 +2,8 @@
 
 #include "sysfs/file_io.hpp"
 
+#include "idle_trace.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -110,6 +112,33 @@ CpuKernelSignals derive_kernel_signals(const CpuIdleDelta& d) {
   return k;
 }
 
+Sensors::~Sensors() = default;
+
+bool Sensors::enable_idle_trace() {
+  if (trace_) return true;
+  if (root_ != "/") {
+    bpf_missing_ = "eBPF kernel signals not used: sysfs_root is " + root_ + ", not the running kernel's";
+    return false;
+  }
+  std::string why;
+  IdleTraceOptions o;
+  o.sysfs_root = "/sys";
+  trace_ = IdleTrace::open(o, &why);
+  if (!trace_) {
+    bpf_missing_ = why;
+    return false;
+  }
+  last_trace_ = std::make_unique<IdleTraceSnapshot>(trace_->read());
+  bpf_missing_.clear();
+  for (const auto& m : trace_->missing()) bpf_missing_ += (bpf_missing_.empty() ? "" : "; ") + m;
+  return true;
+}
+
+std::string Sensors::kernel_signals_status() const {
+  if (!trace_) return bpf_missing_;
+  return trace_->status();
+}
+
 Observation Sensors::sample(std::uint64_t now_ns) {
   Observation obs;
   const std::uint64_t elapsed = primed_ ? delta(now_ns, last_ns_) : 0;
@@ -162,6 +191,33 @@ Observation Sensors::sample(std::uint64_t now_ns) {
     obs.total_poll_cpu_percent = sum_cpu;
     obs.wakes_per_second = wakes * 1e9 / static_cast<double>(elapsed);
     obs.cpu_source = "cpuidle";
+  }
+
+  obs.kernel.bpf_missing = bpf_missing_;
+  if (trace_) {
+    auto now = std::make_unique<IdleTraceSnapshot>(trace_->read());
+    if (!obs.kernel.cpus.empty()) {
+      IdlePeriodHistograms h;
+      for (auto& k : obs.kernel.cpus) {
+        const auto c = static_cast<std::size_t>(k.cpu);
+        if (c >= now->cpus.size() || c >= last_trace_->cpus.size()) continue;
+        const IdleCpuStats d = now->cpus[c].minus(last_trace_->cpus[c]);
+        // The program sees every period's outcome; the counters' derivation is replaced.
+        k.poll_hits = d.poll_hits;
+        k.poll_misses = d.poll_timeouts;
+        k.outcomes_exact = true;
+        k.ipi_skipped = d.ipi_skipped;
+        k.poll_limit_ns = d.poll_limit_ns;
+        k.limit_grows = d.grows;
+        k.limit_shrinks = d.shrinks;
+        h.poll_hit.merge(d.poll_hit);
+        h.poll_halt.merge(d.poll_halt);
+        h.halt.merge(d.halt);
+        h.halt_residency.merge(d.halt_residency);
+      }
+      obs.kernel.periods = std::move(h);
+    }
+    last_trace_ = std::move(now);
   }
 
   auto stat = read_proc_stat();

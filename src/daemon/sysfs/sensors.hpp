@@ -10,11 +10,15 @@
 #include "tuning/observation.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace haltpolld {
+
+class IdleTrace;
+struct IdleTraceSnapshot;
 
 struct CpuidleCounters {
   std::uint64_t poll_usage = 0;
@@ -40,6 +44,19 @@ class Sensors {
  public:
   // `cpus` empty: the CPUs listed in <root>/sys/devices/system/cpu/online.
   Sensors(std::string sysfs_root, std::vector<int> cpus);
+  ~Sensors();
+  Sensors(const Sensors&) = delete;
+  Sensors& operator=(const Sensors&) = delete;
+
+  // Loads the eBPF program (src/bpf) so that each sample also carries the exact poll outcomes, the
+  // IPI-skip counts, the per-CPU poll limits and the idle-period histograms. Only for the real
+  // kernel: on a fake root the program would describe another machine than the counters, so it
+  // is refused there. False (and kernel_signals_missing() says why) when it cannot be loaded;
+  // the counters keep working either way.
+  bool enable_idle_trace();
+  // Why the eBPF signals are missing ("" when the program runs), and how it attached.
+  const std::string& kernel_signals_missing() const noexcept { return bpf_missing_; }
+  std::string kernel_signals_status() const;
 
   std::optional<CpuidleCounters> read_cpuidle(int cpu) const;
   std::optional<ProcStatTimes> read_proc_stat() const;
@@ -62,6 +79,9 @@ class Sensors {
   bool primed_ = false;
   bool cpuidle_available_ = false;
   std::string cpuidle_status_;
+  std::unique_ptr<IdleTrace> trace_;
+  std::unique_ptr<IdleTraceSnapshot> last_trace_;
+  std::string bpf_missing_ = "eBPF kernel signals not requested";
 };
 
 }  // namespace haltpolld

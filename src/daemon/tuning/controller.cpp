@@ -76,6 +76,9 @@ void Controller::build_edges() {
   std::vector<int> cpus = options_.cpus;
   if (cpus.empty() && pool_) cpus = pool_->cpus();
   sensors_ = std::make_unique<Sensors>(options_.sysfs_root, cpus);
+  // The eBPF signals (exact outcomes, IPI skips, per-CPU limits, idle-period histograms) where the
+  // kernel allows them; without them the counters alone drive the tuner and status says why.
+  if (options_.kernel_signals) sensors_->enable_idle_trace();
   actuator_ = std::make_unique<SysfsHaltpollParams>(options_.sysfs_root, state_file());
 }
 
@@ -344,7 +347,11 @@ nlohmann::json Controller::status() const {
                 {"params", to_json(tuner_.params())}};
   s["sensors"] = {{"cpus", sensors_->cpus()},
                   {"cpuidle_available", sensors_->cpuidle_available()},
-                  {"cpuidle", sensors_->cpuidle_status()}};
+                  {"cpuidle", sensors_->cpuidle_status()},
+                  {"kernel_signals", sensors_->kernel_signals_status()},
+                  {"kernel_signals_missing", sensors_->kernel_signals_missing().empty()
+                                                 ? nlohmann::json(nullptr)
+                                                 : nlohmann::json(sensors_->kernel_signals_missing())}};
   if (pool_) s["pool"] = {{"cpus", pool_->cpus()}, {"window_cap_ns", pool_->window_cap_ns()}};
   else s["pool"] = nullptr;
   if (prober_) {

@@ -42,6 +42,8 @@ struct ControllerOptions {
   double probe_rate_hz = 100;  // per CPU; 0 disables probes
   std::uint32_t interval_ms = 1000;
   std::size_t decision_log_size = 256;
+  // Load the eBPF program for the kernel signals (only with sysfs_root "/").
+  bool kernel_signals = true;
 };
 
 class Controller {
