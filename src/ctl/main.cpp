@@ -1,6 +1,8 @@
 // haltpollctl: the command-line client of haltpolld's control socket (varlink, io.haltpolld).
 #include "client.hpp"
 
+#include "control/interface.hpp"
+
 #include "haltpoll/version.hpp"
 
 #include <CLI/CLI.hpp>
@@ -193,13 +195,13 @@ void print_remote_error(const ClientError& e) {
   const json& r = e.reply();
   std::string err = r.value("error", std::string(e.what()));
   const json& p = r.value("parameters", json::object());
-  if (err == "io.haltpolld.ConfigRefused") {
+  if (err == haltpolld::errors::config_refused) {
     std::fprintf(stderr, "haltpollctl: refused: %s%s: %s\n", p.contains("file") ? (p["file"].get<std::string>() + " ").c_str() : "",
                  p.value("path", "").empty() ? "config" : p.value("path", "").c_str(), p.value("reason", "").c_str());
-  } else if (err == "io.haltpolld.RestartRequired") {
+  } else if (err == haltpolld::errors::restart_required) {
     std::fprintf(stderr, "haltpollctl: refused: %s take effect only after a restart (edit the file, then restart haltpolld)\n",
                  p.value("paths", json::array()).dump().c_str());
-  } else if (err == "io.haltpolld.NoSuchCpu") {
+  } else if (err == haltpolld::errors::no_such_cpu) {
     std::fprintf(stderr, "haltpollctl: the daemon runs no worker on CPU %s\n", p.value("cpu", json()).dump().c_str());
   } else {
     std::fprintf(stderr, "haltpollctl: %s %s\n", err.c_str(), p.empty() ? "" : p.dump().c_str());
