@@ -140,6 +140,7 @@ struct Daemon::Impl final : ControlBackend {
   // Refreshed every tick, so that GetStats (the hot read) neither locks the controller nor reads sysfs.
   std::string effective_mode_ = "observe";
   KernelHaltpollParams kernel_;
+  KernelSignalsStats kernel_signals_;  // the last tick's kernel signals and their running totals
   void refresh_cached_state();
 };
 
@@ -232,6 +233,8 @@ void Daemon::Impl::tick() {
     } catch (const std::exception& e) {
       spdlog::error("tuner tick failed: {}", e.what());
     }
+    if (auto o = controller_->last_observation()) kernel_signals_.record(o->tick, o->kernel, o->steal_percent);
+    kernel_signals_.cpuidle_status = controller_->cpuidle_status();
   }
   refresh_cached_state();
   write_textfile();
@@ -308,6 +311,7 @@ ReloadResult Daemon::Impl::reload() {
 
 void Daemon::Impl::reset_stats() {
   if (pool_) pool_->reset_stats();
+  kernel_signals_.totals.reset();
   spdlog::info("statistics reset");
 }
 
@@ -326,6 +330,7 @@ StatsSnapshot Daemon::Impl::stats() {
   s.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   s.monotonic_ns = monotonic_ns();
   s.kernel = kernel_;
+  s.kernel_signals = kernel_signals_;
   s.tuner_ticks = ticks_;
   s.config_reloads = reloads_;
   s.config_reload_failures = reload_failures_;

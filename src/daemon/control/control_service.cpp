@@ -117,15 +117,17 @@ void register_control_interface(varlink::Registry& registry, ControlBackend& bac
                         return ok(b->status());
                       }});
   registry.add(Method{name("GetStats"),
-                      "# Per-CPU worker counters and wake-latency percentiles (buckets with histogram: true).\n"
+                      "# Per-CPU worker counters and wake-latency percentiles (buckets with histogram: true), and\n"
+                      "# the kernel's idle accounting of the last tick with running totals (kernel_signals).\n"
                       "method GetStats(cpu: ?int, histogram: ?bool) -> (mode: string, uptime_seconds: float,\n"
-                      "  monotonic_ns: int, kernel: KernelParams, cpus: []CpuStats)",
+                      "  monotonic_ns: int, kernel: KernelParams, kernel_signals: object, cpus: []CpuStats)",
                       false, false, [b](const Call& c, const Peer&) { return stats_reply(*b, c.parameters, false); }});
   registry.add(Method{name("Watch"),
                       "# GetStats every interval_ms (100..60000, default 1000), count times (0 = until the client\n"
                       "# hangs up). Needs \"more\": true.\n"
                       "method Watch(cpu: ?int, histogram: ?bool, interval_ms: ?int, count: ?int) -> (mode: string,\n"
-                      "  uptime_seconds: float, monotonic_ns: int, kernel: KernelParams, cpus: []CpuStats)",
+                      "  uptime_seconds: float, monotonic_ns: int, kernel: KernelParams, kernel_signals: object,\n"
+                      "  cpus: []CpuStats)",
                       false, true, [b](const Call& c, const Peer&) {
                         Reply err;
                         std::optional<std::uint64_t> interval, count;
