@@ -189,6 +189,7 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
   }
   // `all`: the last tick summed over every CPU (CPU shares in % of one CPU), whatever the filter.
   json all = rates(sum, std::numeric_limits<double>::infinity());
+  all["mean_poll_ns"] = sum.poll_entries ? json(static_cast<double>(sum.poll_ns) / static_cast<double>(sum.poll_entries)) : json(nullptr);
 
   CpuKernelTotals t;
   for (const CpuKernelTotals& c : k.totals.cpus()) t += c;
