@@ -55,20 +55,38 @@ std::string or_dash(const json& v, std::string (*f)(double)) { return v.is_numbe
 std::string percent(double v) { return fmt::format("{:.1f}%", v); }
 std::string ns_or_dash(const json& v) { return or_dash(v, human_ns); }
 
-// Splits `text` into lines of at most `width` columns at spaces (a longer word gets its own line).
+std::size_t columns(const std::string& s) {
+  std::size_t n = 0;
+  for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;
+  return n;
+}
+
+// Splits `text` into lines of at most `width` columns at spaces; a word longer than a line is cut
+// (at a character boundary), so that no line ever exceeds the width.
 std::vector<std::string> wrap(const std::string& text, std::size_t width) {
-  std::vector<std::string> lines;
-  std::string line;
-  std::size_t cols = 0, start = 0;
-  auto columns = [](const std::string& s) {
-    std::size_t n = 0;
-    for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;
-    return n;
-  };
-  while (start <= text.size()) {
+  width = std::max<std::size_t>(width, 1);
+  std::vector<std::string> words;
+  for (std::size_t start = 0; start <= text.size();) {
     std::size_t end = text.find(' ', start);
     if (end == std::string::npos) end = text.size();
-    const std::string word = text.substr(start, end - start);
+    std::string word = text.substr(start, end - start);
+    while (columns(word) > width) {
+      std::size_t cut = 0, cols = 0;
+      while (cut < word.size() && cols < width) {
+        ++cut;
+        while (cut < word.size() && (static_cast<unsigned char>(word[cut]) & 0xC0) == 0x80) ++cut;
+        ++cols;
+      }
+      words.push_back(word.substr(0, cut));
+      word.erase(0, cut);
+    }
+    words.push_back(std::move(word));
+    start = end + 1;
+  }
+  std::vector<std::string> lines;
+  std::string line;
+  std::size_t cols = 0;
+  for (const std::string& word : words) {
     const std::size_t w = columns(word);
     if (cols > 0 && cols + 1 + w > width) {
       lines.push_back(line);
@@ -81,7 +99,6 @@ std::vector<std::string> wrap(const std::string& text, std::size_t width) {
     }
     line += word;
     cols += w;
-    start = end + 1;
   }
   if (!line.empty()) lines.push_back(line);
   return lines;
@@ -261,7 +278,7 @@ std::string render_kernel_top(const json& stats, const json& d, const std::strin
     out += fmt::format("set      {} · last decision: {} at {} (tick {}) · {}\n", human_value(at(d, "guest_halt_poll_ns"), true),
                        change, local_time(at(d, "time_ms")), str(d, "tick"), where);
     // At most three lines of reason: the rest is in `haltpollctl decisions`.
-    auto lines = wrap(d.value("reason", std::string("-")), width - 9);
+    auto lines = wrap(d.value("reason", std::string("-")), width - 11);  // room for " …"
     if (lines.size() > 3) {
       lines.resize(3);
       lines.back() += " …";
