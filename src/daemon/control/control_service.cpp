@@ -180,7 +180,7 @@ void register_control_interface(varlink::Registry& registry, ControlBackend& bac
                           return refused(e, b->config_file());
                         }
                       }});
-  registry.add(Method{name("ResetStats"), "# Zeroes the per-CPU counters and histograms.\nmethod ResetStats() -> ()", true,
+  registry.add(Method{name("ResetStats"), "# Zeroes the per-CPU counters and histograms and the kernel_signals totals.\nmethod ResetStats() -> ()", true,
                       false, [b](const Call& c, const Peer&) {
                         Reply err;
                         if (!only_known(c.parameters, {}, err)) return err;
