@@ -162,8 +162,16 @@ int main(int argc, char** argv) {
             const json d = log_client->call("io.haltpolld.GetDecisions", {{"limit", 1}}).value("decisions", json::array());
             frame = render_kernel_top(cur, d.empty() ? json() : d.back(), socket_path, screen_of_stdout());
           }
-          // One write per frame, so that a terminal never shows half of one.
-          std::cout << (tty ? "\033[H\033[2J" : "") << frame << (tty ? "" : "\n") << std::flush;
+          // One write per frame, so that a terminal never shows half of one; on a terminal the frame
+          // overwrites the last one line by line (cursor home, erase each line's rest and what is
+          // below) instead of clearing the screen first, which flickers.
+          if (tty) {
+            std::string painted = "\033[H";
+            for (char ch : frame) painted += ch == '\n' ? std::string("\033[K\n") : std::string(1, ch);
+            std::cout << painted << "\033[J" << std::flush;
+          } else {
+            std::cout << frame << '\n' << std::flush;
+          }
         }
         prev = cur;
         have_prev = true;

@@ -126,7 +126,7 @@ TEST_CASE("haltpollctl: read commands, human and --json") {
 }
 
 TEST_CASE("haltpollctl: the kernel's view (stats --kernel, top, histogram --kernel) from advancing cpuidle counters") {
-  Daemon d(json{{"tuner", {{"interval_ms", 1000}}}});
+  Daemon d(json{{"tuner", {{"interval_ms", 1500}}}});
   auto sj = ctl(d, {"status", "--json"});
   REQUIRE(sj.code == 0);
   std::vector<int> cpus = json::parse(sj.out)["cpus"];
