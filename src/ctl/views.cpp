@@ -194,6 +194,12 @@ std::string render_status(const json& s) {
   } else {
     out += "kernel:   no haltpoll module parameters (not a KVM guest with cpuidle-haltpoll?)\n";
   }
+  const json& ks = at(s, "kernel_signals");
+  if (ks.is_object()) {
+    out += "signals:  " + (ks.value("available", false) ? "cpuidle " + str(ks, "cpuidle") : "none: " + str(ks, "reason", "unknown")) +
+           "; eBPF " + (at(ks, "bpf").value("present", false) ? std::string("present") : "absent: " + str(at(ks, "bpf"), "missing_reason")) +
+           '\n';
+  }
   const json& c = at(s, "controller");
   if (c.is_object()) {
     out += "tuning:   " + str(c, "tuning_target");

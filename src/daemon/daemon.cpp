@@ -402,6 +402,11 @@ json Daemon::Impl::status() {
   s["uptime_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   s["config_file"] = config_file_;
   s["kernel"] = to_json(read_kernel_haltpoll_params(config_.sysfs_root));
+  {
+    // Which kernel signals the daemon has, and why not: the summary of GetStats' kernel_signals.
+    const json ks = kernel_signals_to_json(kernel_signals_, std::nullopt, false);
+    s["kernel_signals"] = {{"available", ks["available"]}, {"reason", ks["reason"]}, {"cpuidle", ks["cpuidle"]}, {"bpf", ks["bpf"]}};
+  }
   json pool = nullptr;
   if (pool_) {
     json failures = json::array();

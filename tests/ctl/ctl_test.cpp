@@ -83,6 +83,9 @@ TEST_CASE("haltpollctl: read commands, human and --json") {
   CHECK(status.code == 0);
   CHECK(status.out.find("mode:     observe") != std::string::npos);
   CHECK(status.out.find("guest_halt_poll_ns=200000") != std::string::npos);
+  // The fixture's tree has no cpuidle states: status says there are no signals, and why.
+  CHECK(status.out.find("signals:  none: ") != std::string::npos);
+  CHECK(status.out.find("; eBPF absent: no eBPF idle-trace reader is attached to this daemon") != std::string::npos);
   auto sj = ctl(d, {"status", "--json"});
   REQUIRE(sj.code == 0);
   json s = json::parse(sj.out);
@@ -179,6 +182,7 @@ TEST_CASE("haltpollctl: the kernel's view (stats --kernel, top, histogram --kern
   CHECK(k["bpf"]["present"] == false);
   CHECK(k["signals"]["poll_hits"]["status"] == "derived");
   CHECK(k["signals"]["poll_limit_ns"]["status"] == "missing");
+  CHECK(ctl(d, {"status"}).out.find("signals:  cpuidle states POLL,haltpoll; eBPF absent") != std::string::npos);
 
   // top, one frame: the same tick's numbers, "-" where eBPF is missing.
   auto top = ctl(d, {"top", "-n", "1"});

@@ -108,9 +108,11 @@ void register_control_interface(varlink::Registry& registry, ControlBackend& bac
   ControlBackend* b = &backend;
 
   registry.add(Method{name("GetStatus"),
-                      "# Version, effective mode and why, wait backend, CPUs, uptime, kernel haltpoll state, tuner.\n"
+                      "# Version, effective mode and why, wait backend, CPUs, uptime, kernel haltpoll state, which\n"
+                      "# kernel signals there are (and why not), tuner.\n"
                       "method GetStatus() -> (version: string, mode: string, mode_reason: string, backend: string,\n"
-                      "  cpus: []int, uptime_seconds: float, kernel: KernelParams, controller: ?object)",
+                      "  cpus: []int, uptime_seconds: float, kernel: KernelParams, kernel_signals: object,\n"
+                      "  controller: ?object)",
                       false, false, [b](const Call& c, const Peer&) {
                         Reply err;
                         if (!only_known(c.parameters, {}, err)) return err;
