@@ -11,6 +11,7 @@
 namespace haltpollctl {
 
 using nlohmann::json;
+namespace varlink = haltpolld::varlink;
 
 Client::Client(std::string socket_path, int timeout_ms) : path_(std::move(socket_path)), timeout_ms_(timeout_ms) {
   sockaddr_un addr{};
@@ -38,9 +39,8 @@ Client::~Client() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void Client::send(const json& message) {
-  std::string bytes = message.dump();
-  bytes.push_back('\0');
+void Client::send(const varlink::Call& call) {
+  const std::string bytes = varlink::encode_call(call);
   std::size_t off = 0;
   while (off < bytes.size()) {
     ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
@@ -54,15 +54,15 @@ void Client::send(const json& message) {
 
 json Client::receive(int timeout_ms) {
   while (true) {
-    auto nul = buf_.find('\0');
-    if (nul != std::string::npos) {
-      std::string msg = buf_.substr(0, nul);
-      buf_.erase(0, nul + 1);
-      json j = json::parse(msg, nullptr, false);
+    if (auto msg = decoder_.next()) {
+      json j = json::parse(*msg, nullptr, false);
       if (j.is_discarded() || !j.is_object())
         throw ClientError(ClientError::Kind::protocol, "the daemon sent a malformed reply");
       return j;
     }
+    if (decoder_.overflowed())
+      throw ClientError(ClientError::Kind::protocol,
+                        "a reply from haltpolld exceeds " + std::to_string(decoder_.max_message_bytes()) + " bytes");
     pollfd p{fd_, POLLIN, 0};
     int rc = ::poll(&p, 1, timeout_ms);
     if (rc < 0 && errno == EINTR) continue;
@@ -71,14 +71,14 @@ json Client::receive(int timeout_ms) {
     ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) throw ClientError(ClientError::Kind::protocol, "haltpolld closed the connection");
-    buf_.append(chunk, static_cast<std::size_t>(n));
+    decoder_.feed(std::string_view(chunk, static_cast<std::size_t>(n)));
   }
 }
 
 json Client::checked(json reply) {
   if (reply.contains("error")) {
     std::string error = reply["error"].is_string() ? reply["error"].get<std::string>() : "unknown";
-    if (error == "org.varlink.service.PermissionDenied")
+    if (error == varlink::errors::permission_denied)
       throw ClientError(ClientError::Kind::permission_denied,
                         "permission denied: changing settings needs root or membership in the daemon's admin group", reply);
     throw ClientError(ClientError::Kind::remote, error, reply);
@@ -87,13 +87,13 @@ json Client::checked(json reply) {
 }
 
 json Client::call(const std::string& method, const json& parameters) {
-  send({{"method", method}, {"parameters", parameters}});
+  send(varlink::Call{.method = method, .parameters = parameters});
   return checked(receive(timeout_ms_));
 }
 
 void Client::stream(const std::string& method, const json& parameters, const std::function<bool(const json&)>& on_reply,
                     int reply_timeout_ms) {
-  send({{"method", method}, {"parameters", parameters}, {"more", true}});
+  send(varlink::Call{.method = method, .parameters = parameters, .more = true});
   while (true) {
     json r = receive(reply_timeout_ms);
     bool continues = r.value("continues", false);

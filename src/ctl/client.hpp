@@ -1,9 +1,15 @@
-// A blocking varlink client for haltpollctl: one AF_UNIX connection, calls written with a NUL
-// terminator, replies read up to the next NUL, with a timeout on every wait. Failures carry a kind
-// so that the command line can map them to its documented exit codes.
+// A blocking varlink client for haltpollctl: one AF_UNIX connection with a timeout on every wait.
+// The bytes on the wire come from the shared varlink library (encode_call, FrameDecoder), so that
+// the client and the daemon frame messages with the same code; this class owns only the blocking
+// socket I/O. Failures carry a kind so that the command line can map them to its documented exit
+// codes. Not thread-safe: one thread per Client.
 #pragma once
 
+#include "varlink/varlink.hpp"
+
 #include <nlohmann/json.hpp>
+
+#include <cstddef>
 
 #include <functional>
 #include <stdexcept>
@@ -38,14 +44,17 @@ class Client {
               const std::function<bool(const nlohmann::json&)>& on_reply, int reply_timeout_ms);
 
  private:
-  void send(const nlohmann::json& message);
+  void send(const haltpolld::varlink::Call& call);
   nlohmann::json receive(int timeout_ms);
   nlohmann::json checked(nlohmann::json reply);
 
   std::string path_;
   int fd_ = -1;
   int timeout_ms_;
-  std::string buf_;
+  // Replies are not bounded by the daemon's 64 KiB call limit: GetStats with histograms on a
+  // large guest is bigger. 16 MiB is far above any reply and still stops a runaway peer.
+  static constexpr std::size_t kMaxReplyBytes = 16u << 20;
+  haltpolld::varlink::FrameDecoder decoder_{kMaxReplyBytes};
 };
 
 }  // namespace haltpollctl

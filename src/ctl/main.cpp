@@ -1,17 +1,20 @@
 // haltpollctl: the command-line client of haltpolld's control socket (varlink, io.haltpolld).
 #include "client.hpp"
+#include "views.hpp"
+
+#include "control/interface.hpp"
 
 #include "haltpoll/version.hpp"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <iostream>
-#include <map>
 #include <sstream>
 #include <string>
 
@@ -19,162 +22,25 @@ namespace {
 
 using haltpollctl::Client;
 using haltpollctl::ClientError;
+using haltpollctl::Screen;
 using nlohmann::json;
+using namespace haltpollctl;
 
 // Exit codes, documented in haltpollctl(1).
 enum ExitCode : int { ok = 0, failure = 1, usage_error = 2, not_running = 3, permission_denied = 4 };
 
-std::string human_ns(double ns) {
-  char buf[32];
-  if (ns < 1000) std::snprintf(buf, sizeof buf, "%.0f ns", ns);
-  else if (ns < 1e6) std::snprintf(buf, sizeof buf, "%.1f µs", ns / 1e3);
-  else if (ns < 1e9) std::snprintf(buf, sizeof buf, "%.1f ms", ns / 1e6);
-  else std::snprintf(buf, sizeof buf, "%.2f s", ns / 1e9);
-  return buf;
-}
-
-std::string human_value(const json& v, bool ns) {
-  if (v.is_null()) return "-";
-  if (ns && v.is_number()) return human_ns(v.get<double>());
-  if (v.is_boolean()) return v.get<bool>() ? "Y" : "N";
-  return v.is_string() ? v.get<std::string>() : v.dump();
-}
-
-// Right-aligns to `width` terminal columns (printf counts bytes, and "µ" is two).
-std::string pad(const std::string& v, std::size_t width) {
-  std::size_t cols = 0;
-  for (unsigned char ch : v)
-    if ((ch & 0xC0) != 0x80) ++cols;
-  return cols >= width ? v : std::string(width - cols, ' ') + v;
-}
-
-double num(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
-}
-
 void print_json(const json& j) { std::cout << j.dump(2) << '\n'; }
 
-void print_status(const json& s) {
-  auto str = [&](const char* k) { return s.contains(k) ? human_value(s[k], false) : std::string("-"); };
-  std::cout << "haltpolld " << str("version") << " (pid " << str("pid") << "), up " << std::fixed;
-  std::cout.precision(0);
-  std::cout << num(s, "uptime_seconds") << " s\n";
-  std::cout << "mode:     " << str("mode");
-  if (s.value("requested_mode", "") != s.value("mode", "")) std::cout << " (requested " << str("requested_mode") << ")";
-  std::cout << " — " << str("mode_reason") << '\n';
-  std::cout << "backend:  " << str("backend") << '\n';
-  std::cout << "cpus:     " << (s.contains("cpus") ? s["cpus"].dump() : "-") << '\n';
-  const json& k = s.value("kernel", json::object());
-  if (k.value("present", false)) {
-    std::cout << "kernel:   guest_halt_poll_ns=" << human_value(k.value("guest_halt_poll_ns", json()), false)
-              << " grow=" << human_value(k.value("guest_halt_poll_grow", json()), false)
-              << " shrink=" << human_value(k.value("guest_halt_poll_shrink", json()), false)
-              << " grow_start=" << human_value(k.value("guest_halt_poll_grow_start", json()), false)
-              << " allow_shrink=" << human_value(k.value("guest_halt_poll_allow_shrink", json()), false) << '\n';
-  } else {
-    std::cout << "kernel:   no haltpoll module parameters (not a KVM guest with cpuidle-haltpoll?)\n";
+// The terminal's size when stdout is one; else no height limit and the width of a wide terminal,
+// so that piped output keeps whole lines.
+Screen screen_of_stdout() {
+  Screen s;
+  winsize w{};
+  if (::isatty(STDOUT_FILENO) && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 0) {
+    s.width = w.ws_col;
+    s.height = w.ws_row;
   }
-  const json& c = s.value("controller", json());
-  if (c.is_object()) {
-    if (c.contains("tuning_target")) std::cout << "tuning:   " << human_value(c["tuning_target"], false);
-    if (c.contains("tuner") && c["tuner"].contains("current_ns"))
-      std::cout << ", current " << human_value(c["tuner"]["current_ns"], true);
-    std::cout << '\n';
-  }
-  const json& ctl = s.value("control", json::object());
-  std::cout << "socket:   " << human_value(ctl.value("socket", json()), false) << " (" << human_value(ctl.value("connections", json()), false)
-            << " connections)\n";
-}
-
-void print_stats(const json& s) {
-  std::printf("%4s %10s %10s %8s %10s %10s %10s %10s %10s\n", "CPU", "TASKS", "WINDOW", "HIT%", "FUTEX", "NOSYSCALL", "WAKE p50",
-              "p99", "p99.9");
-  for (const auto& c : s.value("cpus", json::array())) {
-    const json& l = c.value("latency", json::object());
-    std::printf("%4d %10.0f %s %7.1f%% %10.0f %10.0f %s %s %s\n", c.value("cpu", 0), num(c, "tasks_run"),
-                pad(human_ns(num(c, "window_ns")), 10).c_str(), 100.0 * num(c, "poll_hit_ratio"), num(c, "futex_waits"),
-                num(c, "wakes_without_syscall"), pad(human_ns(num(l, "p50_ns")), 10).c_str(),
-                pad(human_ns(num(l, "p99_ns")), 10).c_str(), pad(human_ns(num(l, "p999_ns")), 10).c_str());
-  }
-}
-
-void print_histogram(const json& s) {
-  for (const auto& c : s.value("cpus", json::array())) {
-    const json& l = c.value("latency", json::object());
-    std::printf("CPU %d: %.0f wake-ups, p50 %s, p99 %s\n", c.value("cpu", 0), num(l, "count"), human_ns(num(l, "p50_ns")).c_str(),
-                human_ns(num(l, "p99_ns")).c_str());
-    const json& b = l.value("buckets", json::array());
-    double max = 0;
-    for (const auto& x : b) max = std::max(max, num(x, "count"));
-    // Skip the empty buckets at both ends; keep the ones in between so the shape stays honest.
-    std::size_t first = b.size(), last = 0;
-    for (std::size_t i = 0; i < b.size(); ++i)
-      if (num(b[i], "count") > 0) first = std::min(first, i), last = i;
-    if (first == b.size()) {
-      std::printf("  (no samples)\n\n");
-      continue;
-    }
-    constexpr int width = 50;
-    for (std::size_t i = first; i <= last; ++i) {
-      double n = num(b[i], "count");
-      std::string label = b[i]["le_ns"].is_null() ? "+Inf" : "≤ " + human_ns(num(b[i], "le_ns"));
-      int bar = max > 0 ? static_cast<int>(n / max * width + 0.5) : 0;
-      if (n > 0 && bar == 0) bar = 1;
-      std::string bars;
-      for (int k = 0; k < bar; ++k) bars += "█";
-      std::printf("  %s │%s %.0f\n", pad(label, 11).c_str(), bars.c_str(), n);
-    }
-    std::printf("\n");
-  }
-}
-
-// Live view: rates come from the difference of two consecutive Watch replies.
-void print_top(const json& cur, const json* prev, const std::string& socket) {
-  bool tty = ::isatty(STDOUT_FILENO);
-  if (tty) std::cout << "\033[H\033[2J";
-  const json& k = cur.value("kernel", json::object());
-  std::cout << "haltpolld " << socket << " — mode " << cur.value("mode", "?") << ", kernel cap "
-            << (k.value("present", false) ? human_value(k.value("guest_halt_poll_ns", json()), true) : std::string("n/a"))
-            << ", up " << static_cast<long>(num(cur, "uptime_seconds")) << " s\n\n";
-  std::printf("%4s %10s %8s %10s %10s %9s %10s\n", "CPU", "WINDOW", "HIT%", "WAKE p50", "p99", "POLL CPU", "WAKES/s");
-  double dt = prev ? (num(cur, "monotonic_ns") - num(*prev, "monotonic_ns")) : 0;
-  static const json no_cpus = json::array();
-  // References into the replies themselves: value() would return a copy, and a pointer into it dangles.
-  const json& prev_cpus = prev && prev->contains("cpus") ? (*prev)["cpus"] : no_cpus;
-  for (const auto& c : cur.value("cpus", json::array())) {
-    const json* p = nullptr;
-    for (const auto& pc : prev_cpus)
-      if (pc.value("cpu", -1) == c.value("cpu", -2)) p = &pc;
-    double hits = num(c, "poll_hits"), misses = num(c, "poll_misses");
-    double poll_cpu = 0, rate = 0;
-    if (p && dt > 0) {
-      hits -= num(*p, "poll_hits");
-      misses -= num(*p, "poll_misses");
-      poll_cpu = 100.0 * (num(c, "poll_ns") - num(*p, "poll_ns")) / dt;
-      rate = (num(c, "tasks_run") - num(*p, "tasks_run")) / (dt / 1e9);
-    }
-    double hit = hits + misses > 0 ? 100.0 * hits / (hits + misses) : 0.0;
-    const json& l = c.value("latency", json::object());
-    std::printf("%4d %s %7.1f%% %s %s %8.2f%% %10.1f\n", c.value("cpu", 0), pad(human_ns(num(c, "window_ns")), 10).c_str(), hit,
-                pad(human_ns(num(l, "p50_ns")), 10).c_str(), pad(human_ns(num(l, "p99_ns")), 10).c_str(), poll_cpu, rate);
-  }
-  if (!tty) std::cout << '\n';
-  std::cout.flush();
-}
-
-void print_decisions(const json& d) {
-  const json& list = d.value("decisions", json::array());
-  if (list.empty()) std::cout << "no decisions yet\n";
-  for (const auto& e : list) {
-    std::ostringstream line;
-    for (auto it = e.begin(); it != e.end(); ++it) {
-      if (it.key() == "reason") continue;
-      line << it.key() << '=' << (it->is_string() ? it->get<std::string>() : it->dump()) << ' ';
-    }
-    if (e.contains("reason")) line << "— " << human_value(e["reason"], false);
-    std::cout << line.str() << '\n';
-  }
+  return s;
 }
 
 // "tuner.interval_ms" → "/tuner/interval_ms".
@@ -193,13 +59,13 @@ void print_remote_error(const ClientError& e) {
   const json& r = e.reply();
   std::string err = r.value("error", std::string(e.what()));
   const json& p = r.value("parameters", json::object());
-  if (err == "io.haltpolld.ConfigRefused") {
+  if (err == haltpolld::errors::config_refused) {
     std::fprintf(stderr, "haltpollctl: refused: %s%s: %s\n", p.contains("file") ? (p["file"].get<std::string>() + " ").c_str() : "",
                  p.value("path", "").empty() ? "config" : p.value("path", "").c_str(), p.value("reason", "").c_str());
-  } else if (err == "io.haltpolld.RestartRequired") {
+  } else if (err == haltpolld::errors::restart_required) {
     std::fprintf(stderr, "haltpollctl: refused: %s take effect only after a restart (edit the file, then restart haltpolld)\n",
                  p.value("paths", json::array()).dump().c_str());
-  } else if (err == "io.haltpolld.NoSuchCpu") {
+  } else if (err == haltpolld::errors::no_such_cpu) {
     std::fprintf(stderr, "haltpollctl: the daemon runs no worker on CPU %s\n", p.value("cpu", json()).dump().c_str());
   } else {
     std::fprintf(stderr, "haltpollctl: %s %s\n", err.c_str(), p.empty() ? "" : p.dump().c_str());
@@ -223,14 +89,18 @@ int main(int argc, char** argv) {
 
   int cpu = -1;
   auto* status = app.add_subcommand("status", "daemon version, mode and why, backend, CPUs, kernel haltpoll state");
-  auto* stats = app.add_subcommand("stats", "per-CPU counters and wake-latency percentiles");
+  bool kernel_view = false, pool_view = false;
+  auto* stats = app.add_subcommand("stats", "per-CPU counters and wake-latency percentiles (--kernel: the kernel's idle accounting)");
   stats->add_option("--cpu", cpu, "only this CPU")->check(CLI::NonNegativeNumber);
+  stats->add_flag("-k,--kernel", kernel_view, "the kernel's per-CPU idle rates of the last tick, totals, and which signals are exact");
   int interval_ms = 1000, count = 0;
-  auto* top = app.add_subcommand("top", "live per-CPU view (Ctrl-C to quit)");
+  auto* top = app.add_subcommand("top", "live per-CPU view of the kernel's idle accounting (Ctrl-C to quit)");
+  top->add_flag("-p,--pool", pool_view, "the worker pool's view instead: window, hit %, wake latency, poll CPU");
   top->add_option("-i,--interval", interval_ms, "refresh period, ms")->capture_default_str()->check(CLI::Range(100, 60000));
   top->add_option("-n,--count", count, "stop after this many refreshes (0: never)")->check(CLI::NonNegativeNumber);
-  auto* histogram = app.add_subcommand("histogram", "wake-latency distribution as a bar chart");
+  auto* histogram = app.add_subcommand("histogram", "wake-latency distribution as a bar chart (--kernel: idle periods)");
   histogram->add_option("--cpu", cpu, "only this CPU")->check(CLI::NonNegativeNumber);
+  histogram->add_flag("-k,--kernel", kernel_view, "idle-period lengths per outcome (poll hit, poll then halt, halt), from eBPF");
   auto* config = app.add_subcommand("config", "read or change the running configuration");
   config->require_subcommand(1);
   std::string key, value;
@@ -261,23 +131,48 @@ int main(int argc, char** argv) {
     Client client(socket_path, timeout_ms);
     if (status->parsed()) {
       json s = client.call("io.haltpolld.GetStatus");
-      as_json ? print_json(s) : print_status(s);
+      if (as_json) print_json(s);
+      else std::cout << render_status(s);
     } else if (stats->parsed() || histogram->parsed()) {
       json p = json::object();
       if (cpu >= 0) p["cpu"] = cpu;
       if (histogram->parsed()) p["histogram"] = true;
       json s = client.call("io.haltpolld.GetStats", p);
-      if (as_json) print_json(s);
-      else if (histogram->parsed()) print_histogram(s);
-      else print_stats(s);
+      if (as_json && kernel_view) print_json(s.value("kernel_signals", json()));
+      else if (as_json) print_json(s);
+      else if (histogram->parsed()) std::cout << (kernel_view ? render_kernel_histogram(s) : render_pool_histogram(s));
+      else std::cout << (kernel_view ? render_kernel_stats(s) : render_pool_stats(s));
     } else if (top->parsed()) {
+      const bool tty = ::isatty(STDOUT_FILENO);
+      // The decision log is read on a second connection: the first one is busy with the stream.
+      std::optional<Client> log_client;
+      if (!pool_view && !as_json) log_client.emplace(socket_path, timeout_ms);
       json prev;
       bool have_prev = false;
       json p = {{"interval_ms", interval_ms}};
       if (count > 0) p["count"] = count;
       client.stream("io.haltpolld.Watch", p, [&](const json& cur) {
-        if (as_json) std::cout << cur.dump() << std::endl;
-        else print_top(cur, have_prev ? &prev : nullptr, socket_path);
+        if (as_json) {
+          std::cout << cur.dump() << std::endl;
+        } else {
+          std::string frame;
+          if (pool_view) {
+            frame = render_pool_top(cur, have_prev ? &prev : nullptr, socket_path);
+          } else {
+            const json d = log_client->call("io.haltpolld.GetDecisions", {{"limit", 1}}).value("decisions", json::array());
+            frame = render_kernel_top(cur, d.empty() ? json() : d.back(), socket_path, screen_of_stdout());
+          }
+          // One write per frame, so that a terminal never shows half of one; on a terminal the frame
+          // overwrites the last one line by line (cursor home, erase each line's rest and what is
+          // below) instead of clearing the screen first, which flickers.
+          if (tty) {
+            std::string painted = "\033[H";
+            for (char ch : frame) painted += ch == '\n' ? std::string("\033[K\n") : std::string(1, ch);
+            std::cout << painted << "\033[J" << std::flush;
+          } else {
+            std::cout << frame << '\n' << std::flush;
+          }
+        }
         prev = cur;
         have_prev = true;
         return true;
@@ -327,7 +222,8 @@ int main(int argc, char** argv) {
       json p = json::object();
       if (limit > 0) p["limit"] = limit;
       json d = client.call("io.haltpolld.GetDecisions", p);
-      as_json ? print_json(d) : print_decisions(d);
+      if (as_json) print_json(d);
+      else std::cout << render_decisions(d, screen_of_stdout(), ::isatty(STDOUT_FILENO));
     } else if (metrics->parsed()) {
       json m = client.call("io.haltpolld.GetMetrics");
       std::cout << m.value("text", "");

@@ -124,6 +124,7 @@ struct Daemon::Impl final : ControlBackend {
   std::string effective_mode_ = "observe";
   KernelHaltpollParams kernel_;
   FleetMetrics fleet_;
+  KernelSignalsStats kernel_signals_;  // the last tick's kernel signals and their running totals
   void refresh_cached_state();
 };
 
@@ -217,6 +218,8 @@ void Daemon::Impl::tick() {
     } catch (const std::exception& e) {
       spdlog::error("tuner tick failed: {}", e.what());
     }
+    if (auto o = controller_->last_observation()) kernel_signals_.record(o->tick, o->kernel, o->steal_percent);
+    kernel_signals_.cpuidle_status = controller_->cpuidle_status();
   }
   refresh_cached_state();
   write_textfile();
@@ -293,6 +296,7 @@ ReloadResult Daemon::Impl::reload() {
 
 void Daemon::Impl::reset_stats() {
   if (pool_) pool_->reset_stats();
+  kernel_signals_.totals.reset();
   spdlog::info("statistics reset");
 }
 
@@ -312,6 +316,7 @@ StatsSnapshot Daemon::Impl::stats() {
   s.monotonic_ns = monotonic_ns();
   s.kernel = kernel_;
   s.fleet = fleet_.series();
+  s.kernel_signals = kernel_signals_;
   s.tuner_ticks = ticks_;
   s.config_reloads = reloads_;
   s.config_reload_failures = reload_failures_;
@@ -383,6 +388,11 @@ json Daemon::Impl::status() {
   s["uptime_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   s["config_file"] = config_file_;
   s["kernel"] = to_json(read_kernel_haltpoll_params(config_.sysfs_root));
+  {
+    // Which kernel signals the daemon has, and why not: the summary of GetStats' kernel_signals.
+    const json ks = kernel_signals_to_json(kernel_signals_, std::nullopt, false);
+    s["kernel_signals"] = {{"available", ks["available"]}, {"reason", ks["reason"]}, {"cpuidle", ks["cpuidle"]}, {"bpf", ks["bpf"]}};
+  }
   json pool = nullptr;
   if (pool_) {
     json failures = json::array();

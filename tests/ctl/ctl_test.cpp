@@ -1,5 +1,11 @@
-// haltpollctl against a real haltpolld: every command, --json, exit codes.
+// haltpollctl against a real haltpolld: every command, --json, exit codes, and the kernel's view
+// from a fake cpuidle tree whose counters the test advances between the daemon's ticks.
 #include "daemon_fixture.hpp"
+
+#include <fmt/format.h>
+
+#include <regex>
+#include <sstream>
 
 using daemontest::Daemon;
 using nlohmann::json;
@@ -12,6 +18,63 @@ testsupport::RunResult ctl(const Daemon& d, std::vector<std::string> args) {
   for (auto& a : args) argv.push_back(a);
   return run(argv);
 }
+
+// Replaces a file in one rename, so that the daemon's tick never reads half a number.
+void put(const std::string& path, const std::string& value) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  { std::ofstream(path + ".tmp") << value << "\n"; }
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+struct Counters {
+  std::uint64_t poll_usage = 0, poll_us = 0, halt_usage = 0, halt_us = 0;
+};
+
+void put_cpuidle(const Daemon& d, int cpu, const Counters& c) {
+  const std::string dir = d.sysfs + "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/cpuidle/";
+  put(dir + "state0/name", "POLL");
+  put(dir + "state0/usage", std::to_string(c.poll_usage));
+  put(dir + "state0/time", std::to_string(c.poll_us));
+  put(dir + "state1/name", "haltpoll");
+  put(dir + "state1/usage", std::to_string(c.halt_usage));
+  put(dir + "state1/time", std::to_string(c.halt_us));
+}
+
+void put_proc_stat(const Daemon& d, std::uint64_t total, std::uint64_t steal) {
+  put(d.sysfs + "/proc/stat", fmt::format("cpu  {} 0 0 0 0 0 0 {} 0 0", total - steal, steal));
+}
+
+json kernel_json(const Daemon& d) {
+  auto r = ctl(d, {"stats", "--kernel", "--json"});
+  REQUIRE(r.code == 0);
+  return json::parse(r.out);
+}
+
+// Polls until the daemon has ticked past `tick` and its last tick carried cpuidle signals.
+json wait_kernel_tick(const Daemon& d, std::uint64_t tick) {
+  auto deadline = std::chrono::steady_clock::now() + 15s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    json k = kernel_json(d);
+    if (k["tick"].get<std::uint64_t>() > tick && k["available"] == true) return k;
+    std::this_thread::sleep_for(20ms);
+  }
+  FAIL("the daemon did not tick past " << tick);
+  return {};
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> v;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) v.push_back(l);
+  return v;
+}
+
+std::vector<std::string> words_of(const std::string& line) {
+  std::vector<std::string> v;
+  std::istringstream in(line);
+  for (std::string w; in >> w;) v.push_back(w);
+  return v;
+}
 }  // namespace
 
 TEST_CASE("haltpollctl: read commands, human and --json") {
@@ -20,6 +83,11 @@ TEST_CASE("haltpollctl: read commands, human and --json") {
   CHECK(status.code == 0);
   CHECK(status.out.find("mode:     observe") != std::string::npos);
   CHECK(status.out.find("guest_halt_poll_ns=200000") != std::string::npos);
+  // The fixture's tree has no cpuidle states: status says there are no signals, and why.
+  CHECK(status.out.find("signals:  none: ") != std::string::npos);
+  // A fake root: the eBPF program would describe the real kernel, not this tree, so it is not
+  // loaded (before the first tick the daemon cannot say more than that it is absent).
+  CHECK(status.out.find("; eBPF absent: ") != std::string::npos);
   auto sj = ctl(d, {"status", "--json"});
   REQUIRE(sj.code == 0);
   json s = json::parse(sj.out);
@@ -43,11 +111,11 @@ TEST_CASE("haltpollctl: read commands, human and --json") {
   REQUIRE(hj.code == 0);
   CHECK(json::parse(hj.out)["cpus"][0]["latency"].contains("buckets"));
 
-  auto top = ctl(d, {"top", "--interval", "100", "--count", "2"});
+  auto top = ctl(d, {"top", "--pool", "--interval", "100", "--count", "2"});
   CHECK(top.code == 0);
   CHECK(top.out.find("POLL CPU") != std::string::npos);
   CHECK(top.out.find("kernel cap 200.0 µs") != std::string::npos);
-  auto topj = ctl(d, {"top", "-i", "100", "-n", "2", "--json"});
+  auto topj = ctl(d, {"top", "-p", "-i", "100", "-n", "2", "--json"});
   CHECK(topj.code == 0);
   CHECK(std::count(topj.out.begin(), topj.out.end(), '\n') == 2);
 
@@ -59,6 +127,167 @@ TEST_CASE("haltpollctl: read commands, human and --json") {
   auto metrics = ctl(d, {"metrics"});
   CHECK(metrics.code == 0);
   CHECK(metrics.out.find("# TYPE haltpoll_worker_tasks_total counter") != std::string::npos);
+  CHECK(d.stop() == 0);
+}
+
+TEST_CASE("haltpollctl: the kernel's view (stats --kernel, top, histogram --kernel) from advancing cpuidle counters") {
+  Daemon d(json{{"tuner", {{"interval_ms", 1500}}}});
+  auto sj = ctl(d, {"status", "--json"});
+  REQUIRE(sj.code == 0);
+  std::vector<int> cpus = json::parse(sj.out)["cpus"];
+  REQUIRE(!cpus.empty());
+
+  // Before any cpuidle state exists the view says why instead of showing zeros.
+  json none = kernel_json(d);
+  CHECK(none["available"] == false);
+  CHECK(none["reason"].is_string());
+
+  std::vector<Counters> c(cpus.size());
+  for (std::size_t i = 0; i < cpus.size(); ++i) put_cpuidle(d, cpus[i], c[i]);
+  put_proc_stat(d, 100000, 0);
+  // The first tick that sees the states primes them; the next one has (zero) deltas.
+  json primed = wait_kernel_tick(d, 0);
+  const std::uint64_t t = primed["tick"];
+
+  // One tick's worth of idle activity: CPU i polls 1000·(i+1) times for 5·(i+1) ms in all, and
+  // halts 250 times (so 250 polls timed out); 1 % of all CPU time was stolen.
+  for (std::size_t i = 0; i < cpus.size(); ++i) {
+    const std::uint64_t n = i + 1;
+    c[i] = {1000 * n, 5000 * n, 250, 400000};
+    put_cpuidle(d, cpus[i], c[i]);
+  }
+  put_proc_stat(d, 101000, 10);
+  json k = wait_kernel_tick(d, t);
+  REQUIRE(k["tick"] == t + 1);
+  const double e = k["elapsed_ns"].get<double>();
+  REQUIRE(e > 0);
+  REQUIRE(k["cpus"].size() == cpus.size());
+  for (std::size_t i = 0; i < cpus.size(); ++i) {
+    const json& r = k["cpus"][i];
+    const double n = static_cast<double>(i + 1);
+    INFO("cpu " << cpus[i]);
+    CHECK(r["cpu"] == cpus[i]);
+    CHECK(r["poll_entries_per_s"].get<double>() == Approx(1000 * n * 1e9 / e));
+    CHECK(r["halts_per_s"].get<double>() == Approx(250 * 1e9 / e));
+    CHECK(r["poll_hits_per_s"].get<double>() == Approx((1000 * n - 250) * 1e9 / e));
+    CHECK(r["poll_misses_per_s"].get<double>() == Approx(250 * 1e9 / e));
+    CHECK(r["idle_entries_per_s"].get<double>() == Approx(1000 * n * 1e9 / e));
+    CHECK(r["poll_cpu_percent"].get<double>() == Approx(100.0 * 5e6 * n / e));
+    CHECK(r["poll_hit_percent"].get<double>() == Approx(100.0 * (1000 * n - 250) / (1000 * n)));
+    CHECK(r["mean_poll_ns"].get<double>() == Approx(5000.0));
+    CHECK(r["poll_limit_ns"].is_null());
+    CHECK(r["ipi_skipped_per_s"].is_null());
+    CHECK(r["totals"]["poll_entries"] == 1000 * (i + 1));
+    CHECK(r["totals"]["poll_misses"] == 250);
+  }
+  CHECK(k["steal_percent"].get<double>() == Approx(1.0));
+  CHECK(k["bpf"]["present"] == false);
+  CHECK(k["signals"]["poll_hits"]["status"] == "derived");
+  CHECK(k["signals"]["poll_limit_ns"]["status"] == "missing");
+  CHECK(ctl(d, {"status"}).out.find("signals:  cpuidle states POLL,haltpoll; eBPF absent") != std::string::npos);
+
+  // top, one frame: the same tick's numbers, "-" where eBPF is missing.
+  auto top = ctl(d, {"top", "-n", "1"});
+  REQUIRE(top.code == 0);
+  INFO(top.out);
+  CHECK(top.out.find(fmt::format("tick {} ", t + 1)) != std::string::npos);
+  CHECK(top.out.find("kernel   guest_halt_poll_ns 200.0 µs") != std::string::npos);
+  CHECK(top.out.find("\nset      ") != std::string::npos);
+  CHECK(top.out.find("\nreason   ") != std::string::npos);
+  CHECK(top.out.find("eBPF     absent (eBPF kernel signals not used: sysfs_root is ") != std::string::npos);
+  const auto lines = lines_of(top.out);
+  auto header = std::find_if(lines.begin(), lines.end(), [](const std::string& l) { return l.find("POLL CPU") != std::string::npos; });
+  REQUIRE(header != lines.end());
+  CHECK(words_of(*header) == std::vector<std::string>{"CPU", "POLL", "CPU", "HIT%", "IDLE/s", "POLLS/s", "HALTS/s", "MEAN",
+                                                      "POLL", "MEAN", "HIT", "MEAN", "MISS", "LIMIT", "IPI", "SKIP/s", "STEAL"});
+  for (std::size_t i = 0; i < cpus.size(); ++i) {
+    auto row = words_of(*(header + 1 + static_cast<std::ptrdiff_t>(i)));
+    const json& r = k["cpus"][i];
+    REQUIRE(row.size() >= 9);
+    CHECK(row[0] == std::to_string(cpus[i]));
+    CHECK(row[1] == fmt::format("{:.1f}%", r["poll_cpu_percent"].get<double>()));
+    CHECK(row[2] == fmt::format("{:.1f}%", r["poll_hit_percent"].get<double>()));
+    // Rates: one decimal, with a k (or M) suffix from 1000 on.
+    auto rate = [](double v) { return v < 1000 ? fmt::format("{:.1f}", v) : fmt::format("{:.1f}k", v / 1e3); };
+    CHECK(row[3] == rate(r["idle_entries_per_s"].get<double>()));
+    CHECK(row[4] == rate(r["poll_entries_per_s"].get<double>()));
+    CHECK(row[5] == rate(r["halts_per_s"].get<double>()));
+    CHECK(row[6] + " " + row[7] == "5.0 µs");
+    CHECK(row.back() == "-");  // steal has no per-CPU split
+  }
+  auto all = words_of(*(header + 1 + static_cast<std::ptrdiff_t>(cpus.size())));
+  CHECK(all.front() == "all");
+  CHECK(all.back() == "1.0%");
+
+  // stats --kernel as text: the same rates, the totals and the signal table.
+  auto st = ctl(d, {"stats", "--kernel"});
+  CHECK(st.code == 0);
+  CHECK(st.out.find("totals over") != std::string::npos);
+  CHECK(st.out.find("poll_hits          derived") != std::string::npos);
+
+  auto hist = ctl(d, {"histogram", "--kernel"});
+  CHECK(hist.code == 0);
+  CHECK(hist.out.find("no idle-period histograms (eBPF absent: eBPF kernel signals not used: sysfs_root is ") !=
+        std::string::npos);
+  auto hj = ctl(d, {"histogram", "--kernel", "--json"});
+  REQUIRE(hj.code == 0);
+  CHECK(json::parse(hj.out)["histograms"].is_null());
+
+  // ResetStats zeroes the totals; no more activity follows, so they stay 0.
+  REQUIRE(ctl(d, {"reset"}).code == 0);
+  CHECK(kernel_json(d)["totals"]["poll_entries"] == 0);
+  CHECK(d.stop() == 0);
+}
+
+TEST_CASE("haltpollctl: decisions as a table, --json raw") {
+  Daemon d(json{{"tuner", {{"interval_ms", 100}}}});
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  json raw;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = ctl(d, {"decisions", "--json"});
+    REQUIRE(r.code == 0);
+    raw = json::parse(r.out);
+    if (raw["decisions"].size() >= 3) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  REQUIRE(raw["decisions"].size() >= 3);
+  CHECK(raw["decisions"][0].contains("reason"));
+
+  auto table = ctl(d, {"decisions", "--limit", "3"});
+  REQUIRE(table.code == 0);
+  const auto lines = lines_of(table.out);
+  REQUIRE(lines.size() == 4);  // not a terminal: one line per decision, reasons unwrapped
+  CHECK(words_of(lines[0]) ==
+        std::vector<std::string>{"TIME", "TICK", "TARGET", "ACTION", "OLD", "→", "NEW", "APPLIED", "REASON"});
+  const std::regex row(R"(^\d\d:\d\d:\d\d +\d+ (pool|kernel|none) +(hold|grow|shrink|set|revert) +[0-9.]+ \S+ → [0-9.]+ \S+ +(kernel|pool|-) +\S.*$)");
+  auto raw_now = ctl(d, {"decisions", "--json"});
+  REQUIRE(raw_now.code == 0);
+  const json log = json::parse(raw_now.out)["decisions"];
+  // Terminal columns, not bytes: "µ" and "→" are two and three bytes.
+  auto column_of = [](const std::string& line, const std::string& what) {
+    const std::size_t at = line.find(what);
+    std::size_t cols = 0;
+    for (std::size_t i = 0; i < at && at != std::string::npos; ++i) cols += (static_cast<unsigned char>(line[i]) & 0xC0) != 0x80;
+    return at == std::string::npos ? std::string::npos : cols;
+  };
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    INFO(lines[i]);
+    CHECK(std::regex_match(lines[i], row));
+    CHECK(lines[i].find('=') == std::string::npos);  // not a key=value dump
+    CHECK(column_of(lines[i], "→") == column_of(lines[0], "→"));
+    // The row ends with that decision's reason, whole.
+    const auto tick = std::stoull(words_of(lines[i])[1]);
+    bool found = false;
+    for (const auto& e : log) {
+      if (e["tick"] != tick) continue;
+      found = true;
+      const std::string reason = e["reason"];
+      REQUIRE(lines[i].size() >= reason.size());
+      CHECK(lines[i].substr(lines[i].size() - reason.size()) == reason);
+      CHECK(column_of(lines[i], reason) == column_of(lines[0], "REASON"));
+    }
+    CHECK(found);
+  }
   CHECK(d.stop() == 0);
 }
 

@@ -109,9 +109,11 @@ void register_control_interface(varlink::Registry& registry, ControlBackend& bac
 
   registry.add(Method{.name = name("GetStatus"),
                       .signature =
-                      "# Version, effective mode and why, wait backend, CPUs, uptime, kernel haltpoll state, tuner.\n"
+                      "# Version, effective mode and why, wait backend, CPUs, uptime, kernel haltpoll state, which\n"
+                      "# kernel signals there are (and why not), tuner.\n"
                       "method GetStatus() -> (version: string, mode: string, mode_reason: string, backend: string,\n"
-                      "  cpus: []int, uptime_seconds: float, kernel: KernelParams, controller: ?object)",
+                      "  cpus: []int, uptime_seconds: float, kernel: KernelParams, kernel_signals: object,\n"
+                      "  controller: ?object)",
                       .handler = [b](const Call& c, const Peer&) {
                         Reply err;
                         if (!only_known(c.parameters, {}, err)) return err;
@@ -119,16 +121,18 @@ void register_control_interface(varlink::Registry& registry, ControlBackend& bac
                       }});
   registry.add(Method{.name = name("GetStats"),
                       .signature =
-                      "# Per-CPU worker counters and wake-latency percentiles (buckets with histogram: true).\n"
+                      "# Per-CPU worker counters and wake-latency percentiles (buckets with histogram: true), and\n"
+                      "# the kernel's idle accounting of the last tick with running totals (kernel_signals).\n"
                       "method GetStats(cpu: ?int, histogram: ?bool) -> (mode: string, uptime_seconds: float,\n"
-                      "  monotonic_ns: int, kernel: KernelParams, cpus: []CpuStats)",
+                      "  monotonic_ns: int, kernel: KernelParams, kernel_signals: object, cpus: []CpuStats)",
                       .handler = [b](const Call& c, const Peer&) { return stats_reply(*b, c.parameters, false); }});
   registry.add(Method{.name = name("Watch"),
                       .signature =
                       "# GetStats every interval_ms (100..60000, default 1000), count times (0 = until the client\n"
                       "# hangs up). Needs \"more\": true.\n"
                       "method Watch(cpu: ?int, histogram: ?bool, interval_ms: ?int, count: ?int) -> (mode: string,\n"
-                      "  uptime_seconds: float, monotonic_ns: int, kernel: KernelParams, cpus: []CpuStats)",
+                      "  uptime_seconds: float, monotonic_ns: int, kernel: KernelParams, kernel_signals: object,\n"
+                      "  cpus: []CpuStats)",
                       .streaming = true, .handler = [b](const Call& c, const Peer&) {
                         Reply err;
                         std::optional<std::uint64_t> interval, count;
@@ -185,7 +189,7 @@ void register_control_interface(varlink::Registry& registry, ControlBackend& bac
                         }
                       }});
   registry.add(Method{.name = name("ResetStats"),
-                      .signature = "# Zeroes the per-CPU counters and histograms.\nmethod ResetStats() -> ()",
+                      .signature = "# Zeroes the per-CPU counters and histograms and the kernel_signals totals.\nmethod ResetStats() -> ()",
                       .admin_only = true, .handler = [b](const Call& c, const Peer&) {
                         Reply err;
                         if (!only_known(c.parameters, {}, err)) return err;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "config.hpp"
+#include "control/interface.hpp"
 #include "control/stats.hpp"
 #include "varlink/varlink.hpp"
 
@@ -15,19 +16,6 @@
 #include <vector>
 
 namespace haltpolld {
-
-inline constexpr const char* kInterface = "io.haltpolld";
-
-// io.haltpolld errors.
-namespace errors {
-inline constexpr const char* config_refused = "io.haltpolld.ConfigRefused";      // (path, reason, file?)
-inline constexpr const char* no_such_cpu = "io.haltpolld.NoSuchCpu";             // (cpu)
-inline constexpr const char* restart_required = "io.haltpolld.RestartRequired";  // (paths)
-inline constexpr const char* malformed_message = "io.haltpolld.MalformedMessage";  // (reason); then closed
-inline constexpr const char* message_too_large = "io.haltpolld.MessageTooLarge";  // (limit); then closed
-inline constexpr const char* too_many_connections = "io.haltpolld.TooManyConnections";  // (limit); then closed
-inline constexpr const char* internal_error = "io.haltpolld.InternalError";      // (reason)
-}  // namespace errors
 
 struct ReloadResult {
   Config config;

@@ -1,10 +1,13 @@
 // The daemon's numbers as one plain value (StatsSnapshot) and its JSON form (GetStats/Watch); the
 // Prometheus form is in prometheus.hpp. The snapshot is taken on the control thread from the pool's counters
 // (which the workers update with relaxed atomics, so a snapshot is per-counter exact but not a
-// cross-counter atomic cut); everything here is pure formatting and unit-tested on its own: no file or socket I/O.
+// cross-counter atomic cut) and from the kernel's signals of the last tick, whose per-tick deltas
+// KernelSignalTotals sums on the same thread; everything here is pure formatting and arithmetic,
+// unit-tested on its own: no file or socket I/O.
 #pragma once
 
 #include "sysfs/kernel_params.hpp"
+#include "tuning/observation.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -65,6 +68,72 @@ struct FleetSeries {
   std::optional<double> steal_backoff_ratio;
 };
 
+// The kernel's idle accounting of one CPU summed over every tick since start (or ResetStats).
+struct CpuKernelTotals {
+  int cpu = 0;
+  std::uint64_t idle_entries = 0;  // idle periods: a poll that timed out and its halt count once
+  std::uint64_t poll_entries = 0;
+  std::uint64_t poll_ns = 0;
+  std::uint64_t halts = 0;
+  std::uint64_t halt_ns = 0;
+  std::uint64_t poll_hits = 0;
+  std::uint64_t poll_misses = 0;
+  std::optional<std::uint64_t> ipi_skipped;  // empty until a tick carried the eBPF count
+  std::uint64_t limit_grows = 0;
+  std::uint64_t limit_shrinks = 0;
+
+  CpuKernelTotals& operator+=(const CpuKernelTotals& o) noexcept;
+  static CpuKernelTotals of(const CpuKernelSignals& tick) noexcept;  // one tick's counts
+};
+
+// Sums the per-tick deltas of KernelSignals: an Observation carries one tick only, while `stats
+// --kernel` totals and Prometheus counters need the running sums. Fed once per tick.
+class KernelSignalTotals {
+ public:
+  void add(const KernelSignals& tick);
+  void reset();
+
+  std::uint64_t ticks() const noexcept { return ticks_; }
+  std::uint64_t elapsed_ns() const noexcept { return elapsed_ns_; }
+  const std::vector<CpuKernelTotals>& cpus() const noexcept { return cpus_; }  // by CPU number
+  // Merged over the ticks that had them; empty when no tick had eBPF histograms.
+  const std::optional<IdlePeriodHistograms>& periods() const noexcept { return periods_; }
+
+ private:
+  std::uint64_t ticks_ = 0;
+  std::uint64_t elapsed_ns_ = 0;
+  std::vector<CpuKernelTotals> cpus_;
+  std::optional<IdlePeriodHistograms> periods_;
+};
+
+// The kernel's view in a snapshot: the last tick's signals as sampled, and the totals.
+struct KernelSignalsStats {
+  std::uint64_t tick = 0;  // the controller's tick that `last` is from; 0: none yet
+  KernelSignals last;
+  std::optional<double> steal_percent;  // all CPUs: /proc/stat has no per-CPU split here
+  std::string cpuidle_status;           // the sensors' words: states found, or why there are none
+  KernelSignalTotals totals;
+
+  // Takes one tick's signals; a tick already taken (the controller did not tick again) is ignored,
+  // so that the totals count every tick exactly once.
+  void record(std::uint64_t tick_number, const KernelSignals& signals, std::optional<double> steal);
+};
+
+// Mean poll length per hit and per miss of one CPU's tick. The counters give only the mean over
+// all polls; a miss lasts the CPU's limit, so with the limit known (eBPF) both follow, and without
+// it only a CPU whose polls all hit (or all missed) has an exact split.
+struct PollMeans {
+  std::optional<double> poll_ns, hit_ns, miss_ns;
+};
+PollMeans poll_means(const CpuKernelSignals& c);
+
+// Idle-period histogram buckets for the exposition: 1-2-5 bounds from 1 µs to 10 s (idle periods
+// of an idle guest last seconds), each bucket its own count, a last one (UINT64_MAX) for the rest.
+std::vector<LatencyBucket> idle_period_buckets(const haltpoll::LatencyHistogram& h);
+
+// The "kernel_signals" object of GetStats/Watch (docs/protocol.md).
+nlohmann::json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned> cpu, bool histogram);
+
 struct StatsSnapshot {
   std::string version;
   std::string mode;           // effective mode
@@ -73,6 +142,7 @@ struct StatsSnapshot {
   std::uint64_t monotonic_ns = 0;  // when taken (CLOCK_MONOTONIC), for client-side rates
   std::vector<CpuStats> cpus;
   KernelHaltpollParams kernel;
+  KernelSignalsStats kernel_signals;
   std::uint64_t pin_failures = 0;
   std::uint64_t tuner_ticks = 0;
   std::uint64_t config_reloads = 0;
@@ -86,7 +156,7 @@ struct StatsSnapshot {
 };
 
 // GetStats/Watch payload. `cpu` filters to one CPU (the caller checks that it exists);
-// `histogram` includes each CPU's buckets.
+// `histogram` includes each CPU's buckets and those of the kernel's idle-period histograms.
 nlohmann::json stats_to_json(const StatsSnapshot& s, std::optional<unsigned> cpu, bool histogram);
 
 }  // namespace haltpolld

@@ -308,6 +308,16 @@ nlohmann::json Controller::decisions() const {
   return a;
 }
 
+std::optional<Observation> Controller::last_observation() const {
+  std::lock_guard lock(mu_);
+  return last_obs_;
+}
+
+std::string Controller::cpuidle_status() const {
+  std::lock_guard lock(mu_);
+  return sensors_->cpuidle_status();
+}
+
 nlohmann::json Controller::status() const {
   std::lock_guard lock(mu_);
   const Target t = target_locked();

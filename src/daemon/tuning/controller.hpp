@@ -61,6 +61,11 @@ class Controller {
 
   nlohmann::json status() const;
   nlohmann::json decisions() const;  // newest last
+  // The last tick's Observation (its kernel signals feed the stats snapshot); empty before the
+  // first tick.
+  std::optional<Observation> last_observation() const;
+  // The sensors' words on cpuidle: the states found, or why there are none.
+  std::string cpuidle_status() const;
   void update(const ControllerOptions& options);
 
   const ControllerOptions& options() const noexcept { return options_; }

@@ -27,6 +27,18 @@ class FakeBackend : public ControlBackend {
       c.latency_count = 3;
       s.cpus.push_back(c);
     }
+    KernelSignals k;
+    k.elapsed_ns = 1'000'000'000;
+    for (int cpu : {0, 2}) {
+      CpuKernelSignals ck;
+      ck.cpu = cpu;
+      ck.poll_entries = 40;
+      ck.poll_hits = 30;
+      ck.poll_misses = 10;
+      ck.halts = 10;
+      k.cpus.push_back(ck);
+    }
+    s.kernel_signals.record(7, k, 0.5);
     return s;
   }
   Config config() const override { return cfg; }
@@ -74,6 +86,13 @@ TEST_CASE("io.haltpolld read methods") {
   REQUIRE(one.parameters["cpus"].size() == 1);
   CHECK(one.parameters["cpus"][0]["latency"]["buckets"].size() == 2);
   CHECK(one.parameters["cpus"][0]["latency"]["buckets"][1]["le_ns"].is_null());
+  // The kernel's view follows the same filter; its `all` row does not.
+  REQUIRE(one.parameters["kernel_signals"]["cpus"].size() == 1);
+  CHECK(one.parameters["kernel_signals"]["cpus"][0]["cpu"] == 2);
+  CHECK(one.parameters["kernel_signals"]["cpus"][0]["poll_hits_per_s"] == Approx(30));
+  CHECK(one.parameters["kernel_signals"]["all"]["poll_entries_per_s"] == Approx(80));
+  CHECK(s.parameters["kernel_signals"]["tick"] == 7);
+  CHECK(s.parameters["kernel_signals"]["cpus"].size() == 2);
   CHECK(f.call("GetStats", {{"cpu", 1}}).error == errors::no_such_cpu);
   CHECK(f.call("GetStats", {{"cpu", -1}}).error == varlink::errors::invalid_parameter);
   CHECK(f.call("GetStats", {{"cpu", "0"}}).parameters["parameter"] == "cpu");

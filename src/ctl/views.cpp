@@ -1,0 +1,396 @@
+#include "views.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <ctime>
+#include <utility>
+#include <vector>
+
+namespace haltpollctl {
+
+using nlohmann::json;
+
+namespace {
+
+std::string human_value(const json& v, bool ns) {
+  if (v.is_null()) return "-";
+  if (ns && v.is_number()) return human_ns(v.get<double>());
+  if (v.is_boolean()) return v.get<bool>() ? "Y" : "N";
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+double num(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+// A reference into `j` (or a static null): value() returns a copy, and a reference to it dangles.
+const json& at(const json& j, const char* key) {
+  static const json null = nullptr;
+  auto it = j.find(key);
+  return it == j.end() ? null : *it;
+}
+
+const json& items(const json& j, const char* key) {
+  static const json empty = json::array();
+  const json& v = at(j, key);
+  return v.is_array() ? v : empty;
+}
+
+std::string str(const json& j, const char* key, const char* fallback = "-") {
+  const json& v = at(j, key);
+  return v.is_null() ? std::string(fallback) : human_value(v, false);
+}
+
+// 12.3, 12.3k, 1.23M: rates span six decades on one screen.
+std::string human_rate(double r) {
+  if (r < 1000) return fmt::format("{:.1f}", r);
+  if (r < 1e6) return fmt::format("{:.1f}k", r / 1e3);
+  return fmt::format("{:.2f}M", r / 1e6);
+}
+
+// A number or "-" for a missing signal (null), never a made-up 0.
+std::string or_dash(const json& v, std::string (*f)(double)) { return v.is_number() ? f(v.get<double>()) : "-"; }
+std::string percent(double v) { return fmt::format("{:.1f}%", v); }
+std::string ns_or_dash(const json& v) { return or_dash(v, human_ns); }
+
+std::size_t columns(const std::string& s) {
+  std::size_t n = 0;
+  for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;
+  return n;
+}
+
+// Splits `text` into lines of at most `width` columns at spaces; a word longer than a line is cut
+// (at a character boundary), so that no line ever exceeds the width.
+std::vector<std::string> wrap(const std::string& text, std::size_t width) {
+  width = std::max<std::size_t>(width, 1);
+  std::vector<std::string> words;
+  for (std::size_t start = 0; start <= text.size();) {
+    std::size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    std::string word = text.substr(start, end - start);
+    while (columns(word) > width) {
+      std::size_t cut = 0, cols = 0;
+      while (cut < word.size() && cols < width) {
+        ++cut;
+        while (cut < word.size() && (static_cast<unsigned char>(word[cut]) & 0xC0) == 0x80) ++cut;
+        ++cols;
+      }
+      words.push_back(word.substr(0, cut));
+      word.erase(0, cut);
+    }
+    words.push_back(std::move(word));
+    start = end + 1;
+  }
+  std::vector<std::string> lines;
+  std::string line;
+  std::size_t cols = 0;
+  for (const std::string& word : words) {
+    const std::size_t w = columns(word);
+    if (cols > 0 && cols + 1 + w > width) {
+      lines.push_back(line);
+      line.clear();
+      cols = 0;
+    }
+    if (cols > 0) {
+      line += ' ';
+      ++cols;
+    }
+    line += word;
+    cols += w;
+  }
+  if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+std::string local_time(const json& time_ms) {
+  if (!time_ms.is_number()) return "-";
+  const std::time_t t = static_cast<std::time_t>(time_ms.get<double>() / 1000);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return buf;
+}
+
+// Bars of a bucket list [{le_ns, count}], empty buckets at both ends skipped (the ones in between
+// stay, so that the shape is honest).
+std::string render_buckets(const json& buckets, const std::string& indent) {
+  double max = 0;
+  std::size_t first = buckets.size(), last = 0;
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    const double n = num(buckets[i], "count");
+    max = std::max(max, n);
+    if (n > 0) first = std::min(first, i), last = i;
+  }
+  if (first == buckets.size()) return indent + "(no samples)\n";
+  constexpr int width = 50;
+  std::string out;
+  for (std::size_t i = first; i <= last; ++i) {
+    const double n = num(buckets[i], "count");
+    const std::string label = buckets[i]["le_ns"].is_null() ? "+Inf" : "≤ " + human_ns(num(buckets[i], "le_ns"));
+    int bar = max > 0 ? static_cast<int>(n / max * width + 0.5) : 0;
+    if (n > 0 && bar == 0) bar = 1;
+    std::string bars;
+    for (int k = 0; k < bar; ++k) bars += "█";
+    out += fmt::format("{}{:>11} │{} {:.0f}\n", indent, label, bars, n);
+  }
+  return out;
+}
+
+std::string kernel_params_line(const json& k) {
+  if (!k.value("present", false)) return "no haltpoll module parameters (not a KVM guest with cpuidle-haltpoll?)";
+  return fmt::format("guest_halt_poll_ns {} · grow {} · shrink {} · grow_start {} · allow_shrink {}",
+                     human_value(at(k, "guest_halt_poll_ns"), true), str(k, "guest_halt_poll_grow"),
+                     str(k, "guest_halt_poll_shrink"), human_value(at(k, "guest_halt_poll_grow_start"), true),
+                     str(k, "guest_halt_poll_allow_shrink"));
+}
+
+// The eBPF line shared by top, stats --kernel and histogram --kernel.
+std::string bpf_line(const json& ks) {
+  const json& bpf = at(ks, "bpf");
+  if (bpf.value("present", false)) return "present: poll limits, IPI skips and idle-period histograms from the power tracepoints";
+  return "absent (" + str(bpf, "missing_reason", "no reason given") +
+         "): no poll limit, IPI skips or histograms; hits and misses derived from the counters";
+}
+
+constexpr const char* kKernelHeader = "{:>4} {:>8} {:>6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6}";
+
+std::string kernel_row(const std::string& label, const json& c, const json& steal) {
+  return fmt::format(kKernelHeader, label, percent(num(c, "poll_cpu_percent")), or_dash(at(c, "poll_hit_percent"), percent),
+                     human_rate(num(c, "idle_entries_per_s")), human_rate(num(c, "poll_entries_per_s")),
+                     human_rate(num(c, "halts_per_s")), ns_or_dash(at(c, "mean_poll_ns")), ns_or_dash(at(c, "mean_poll_hit_ns")),
+                     ns_or_dash(at(c, "mean_poll_miss_ns")), ns_or_dash(at(c, "poll_limit_ns")),
+                     or_dash(at(c, "ipi_skipped_per_s"), human_rate), or_dash(steal, percent));
+}
+
+std::string kernel_table_header() {
+  return fmt::format(kKernelHeader, "CPU", "POLL CPU", "HIT%", "IDLE/s", "POLLS/s", "HALTS/s", "MEAN POLL", "MEAN HIT",
+                     "MEAN MISS", "LIMIT", "IPI SKIP/s", "STEAL");
+}
+
+}  // namespace
+
+std::string human_ns(double ns) {
+  if (ns < 1000) return fmt::format("{:.0f} ns", ns);
+  if (ns < 1e6) return fmt::format("{:.1f} µs", ns / 1e3);
+  if (ns < 1e9) return fmt::format("{:.1f} ms", ns / 1e6);
+  return fmt::format("{:.2f} s", ns / 1e9);
+}
+
+std::string render_status(const json& s) {
+  std::string out = fmt::format("haltpolld {} (pid {}), up {:.0f} s\n", str(s, "version"), str(s, "pid"), num(s, "uptime_seconds"));
+  out += "mode:     " + str(s, "mode");
+  if (s.value("requested_mode", "") != s.value("mode", "")) out += " (requested " + str(s, "requested_mode") + ")";
+  out += " — " + str(s, "mode_reason") + '\n';
+  out += "backend:  " + str(s, "backend") + '\n';
+  out += "cpus:     " + (s.contains("cpus") ? s["cpus"].dump() : std::string("-")) + '\n';
+  const json& k = at(s, "kernel");
+  if (k.value("present", false)) {
+    out += fmt::format("kernel:   guest_halt_poll_ns={} grow={} shrink={} grow_start={} allow_shrink={}\n",
+                       str(k, "guest_halt_poll_ns"), str(k, "guest_halt_poll_grow"), str(k, "guest_halt_poll_shrink"),
+                       str(k, "guest_halt_poll_grow_start"), str(k, "guest_halt_poll_allow_shrink"));
+  } else {
+    out += "kernel:   no haltpoll module parameters (not a KVM guest with cpuidle-haltpoll?)\n";
+  }
+  const json& ks = at(s, "kernel_signals");
+  if (ks.is_object()) {
+    out += "signals:  " + (ks.value("available", false) ? "cpuidle " + str(ks, "cpuidle") : "none: " + str(ks, "reason", "unknown")) +
+           "; eBPF " + (at(ks, "bpf").value("present", false) ? std::string("present") : "absent: " + str(at(ks, "bpf"), "missing_reason")) +
+           '\n';
+  }
+  const json& c = at(s, "controller");
+  if (c.is_object()) {
+    out += "tuning:   " + str(c, "tuning_target");
+    if (c.contains("tuner") && c["tuner"].contains("current_ns")) out += ", current " + human_value(c["tuner"]["current_ns"], true);
+    out += '\n';
+  }
+  const json& ctl = at(s, "control");
+  out += fmt::format("socket:   {} ({} connections)\n", str(ctl, "socket"), str(ctl, "connections"));
+  return out;
+}
+
+std::string render_pool_stats(const json& s) {
+  std::string out = fmt::format("{:>4} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "CPU", "TASKS", "WINDOW", "HIT%",
+                                "FUTEX", "NOSYSCALL", "WAKE p50", "p99", "p99.9");
+  for (const auto& c : items(s, "cpus")) {
+    const json& l = at(c, "latency");
+    out += fmt::format("{:>4} {:>10.0f} {:>10} {:>7.1f}% {:>10.0f} {:>10.0f} {:>10} {:>10} {:>10}\n", c.value("cpu", 0),
+                       num(c, "tasks_run"), human_ns(num(c, "window_ns")), 100.0 * num(c, "poll_hit_ratio"), num(c, "futex_waits"),
+                       num(c, "wakes_without_syscall"), human_ns(num(l, "p50_ns")), human_ns(num(l, "p99_ns")),
+                       human_ns(num(l, "p999_ns")));
+  }
+  return out;
+}
+
+std::string render_pool_histogram(const json& s) {
+  std::string out;
+  for (const auto& c : items(s, "cpus")) {
+    const json& l = at(c, "latency");
+    out += fmt::format("CPU {}: {:.0f} wake-ups, p50 {}, p99 {}\n", c.value("cpu", 0), num(l, "count"), human_ns(num(l, "p50_ns")),
+                       human_ns(num(l, "p99_ns")));
+    out += render_buckets(items(l, "buckets"), "  ") + "\n";
+  }
+  return out;
+}
+
+std::string render_pool_top(const json& cur, const json* prev, const std::string& socket) {
+  const json& k = at(cur, "kernel");
+  std::string out = fmt::format("haltpolld {} — mode {}, kernel cap {}, up {} s\n\n", socket, cur.value("mode", "?"),
+                                k.value("present", false) ? human_value(at(k, "guest_halt_poll_ns"), true) : std::string("n/a"),
+                                static_cast<long>(num(cur, "uptime_seconds")));
+  out += fmt::format("{:>4} {:>10} {:>8} {:>10} {:>10} {:>9} {:>10}\n", "CPU", "WINDOW", "HIT%", "WAKE p50", "p99", "POLL CPU",
+                     "WAKES/s");
+  const double dt = prev ? (num(cur, "monotonic_ns") - num(*prev, "monotonic_ns")) : 0;
+  for (const auto& c : items(cur, "cpus")) {
+    const json* p = nullptr;
+    if (prev)
+      for (const auto& pc : items(*prev, "cpus"))
+        if (pc.value("cpu", -1) == c.value("cpu", -2)) p = &pc;
+    double hits = num(c, "poll_hits"), misses = num(c, "poll_misses");
+    double poll_cpu = 0, rate = 0;
+    if (p && dt > 0) {
+      hits -= num(*p, "poll_hits");
+      misses -= num(*p, "poll_misses");
+      poll_cpu = 100.0 * (num(c, "poll_ns") - num(*p, "poll_ns")) / dt;
+      rate = (num(c, "tasks_run") - num(*p, "tasks_run")) / (dt / 1e9);
+    }
+    const double hit = hits + misses > 0 ? 100.0 * hits / (hits + misses) : 0.0;
+    const json& l = at(c, "latency");
+    out += fmt::format("{:>4} {:>10} {:>7.1f}% {:>10} {:>10} {:>8.2f}% {:>10.1f}\n", c.value("cpu", 0), human_ns(num(c, "window_ns")),
+                       hit, human_ns(num(l, "p50_ns")), human_ns(num(l, "p99_ns")), poll_cpu, rate);
+  }
+  return out;
+}
+
+std::string render_kernel_top(const json& stats, const json& d, const std::string& socket, const Screen& screen) {
+  const json& ks = at(stats, "kernel_signals");
+  const std::size_t width = std::max<std::size_t>(screen.width, 60);
+  std::string out = fmt::format("haltpolld {} · mode {} · tick {} ({:.2f} s) · up {} s\n", socket, stats.value("mode", "?"),
+                                str(ks, "tick"), num(ks, "elapsed_ns") / 1e9, static_cast<long>(num(stats, "uptime_seconds")));
+  out += "kernel   " + kernel_params_line(at(stats, "kernel")) + '\n';
+  std::size_t used = 2;
+  if (d.is_object()) {
+    const std::string where = d.value("applied_kernel", false) ? "written to the kernel"
+                              : d.value("applied_pool", false) ? "applied to the pool"
+                              : d.value("target", "") == "kernel" ? "in force in the kernel"
+                                                                   : "not written to the kernel (target " + d.value("target", std::string("?")) + ")";
+    const std::string action = d.value("action", std::string("?"));
+    const std::string change = d.value("previous_ns", json()) == d.value("guest_halt_poll_ns", json())
+                                   ? action
+                                   : fmt::format("{} {} → {}", action, human_value(at(d, "previous_ns"), true),
+                                                 human_value(at(d, "guest_halt_poll_ns"), true));
+    out += fmt::format("set      {} · last decision: {} at {} (tick {}) · {}\n", human_value(at(d, "guest_halt_poll_ns"), true),
+                       change, local_time(at(d, "time_ms")), str(d, "tick"), where);
+    // At most three lines of reason: the rest is in `haltpollctl decisions`.
+    auto lines = wrap(d.value("reason", std::string("-")), width - 11);  // room for " …"
+    if (lines.size() > 3) {
+      lines.resize(3);
+      lines.back() += " …";
+    }
+    for (std::size_t i = 0; i < lines.size(); ++i) out += (i == 0 ? "reason   " : "         ") + lines[i] + '\n';
+    used += 1 + lines.size();
+  } else {
+    out += "set      - (no decision yet)\n";
+    ++used;
+  }
+  bool first = true;
+  for (const auto& line : wrap(bpf_line(ks), width - 9)) {
+    out += (first ? "eBPF     " : "         ") + line + '\n';
+    first = false;
+    ++used;
+  }
+  out += '\n' + kernel_table_header() + '\n';
+  used += 2;
+  if (!ks.value("available", false)) {
+    out += "no kernel signals: " + str(ks, "reason", "unknown") + '\n';
+    return out;
+  }
+  const json& cpus = items(ks, "cpus");
+  // On a terminal, as many CPUs as fit above the `all` row; the rest are in `stats --kernel`.
+  std::size_t shown = cpus.size();
+  if (screen.height > 0 && used + cpus.size() + 2 > screen.height) shown = screen.height > used + 3 ? screen.height - used - 3 : 0;
+  for (std::size_t i = 0; i < shown; ++i) out += kernel_row(str(cpus[i], "cpu"), cpus[i], nullptr) + '\n';
+  if (shown < cpus.size()) out += fmt::format("  … {} more CPUs: haltpollctl stats --kernel\n", cpus.size() - shown);
+  out += kernel_row("all", at(ks, "all"), at(ks, "steal_percent")) + '\n';
+  return out;
+}
+
+std::string render_kernel_stats(const json& stats) {
+  const json& ks = at(stats, "kernel_signals");
+  std::string out = fmt::format("kernel signals of tick {} ({:.2f} s) · cpuidle {} · steal {}\n", str(ks, "tick"),
+                                num(ks, "elapsed_ns") / 1e9, str(ks, "cpuidle"),
+                                at(ks, "steal_percent").is_number() ? percent(num(ks, "steal_percent")) + " (all CPUs)" : "-");
+  out += "eBPF: " + bpf_line(ks) + "\n\n";
+  if (!ks.value("available", false)) {
+    out += "no kernel signals: " + str(ks, "reason", "unknown") + '\n';
+  } else {
+    out += "last tick, per second (POLL CPU of `all` in % of one CPU):\n" + kernel_table_header() + '\n';
+    for (const auto& c : items(ks, "cpus")) out += kernel_row(str(c, "cpu"), c, nullptr) + '\n';
+    out += kernel_row("all", at(ks, "all"), at(ks, "steal_percent")) + '\n';
+  }
+  const json& t = at(ks, "totals");
+  out += fmt::format("\ntotals over {} ticks ({:.1f} s):\n", str(t, "ticks"), num(t, "elapsed_ns") / 1e9);
+  constexpr const char* row = "{:>4} {:>12} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10} {:>11} {:>7} {:>7}\n";
+  out += fmt::format(row, "CPU", "IDLE", "POLLS", "HALTS", "HITS", "MISSES", "POLL TIME", "HALT TIME", "IPI SKIPPED", "GROWS",
+                     "SHRINKS");
+  auto totals_row = [&](const std::string& label, const json& c) {
+    return fmt::format(row, label, str(c, "idle_entries"), str(c, "poll_entries"), str(c, "halts"), str(c, "poll_hits"),
+                       str(c, "poll_misses"), human_ns(num(c, "poll_ns")), human_ns(num(c, "halt_ns")), str(c, "ipi_skipped"),
+                       str(c, "limit_grows"), str(c, "limit_shrinks"));
+  };
+  for (const auto& c : items(ks, "cpus"))
+    if (c.contains("totals")) out += totals_row(str(c, "cpu"), c["totals"]);
+  out += totals_row("all", t);
+  out += "\nsignals:\n";
+  const json& sig = at(ks, "signals");
+  if (sig.is_object())
+    for (auto it = sig.begin(); it != sig.end(); ++it)
+      out += fmt::format("  {:<18} {:<8} {}\n", it.key(), str(*it, "status"), str(*it, "source"));
+  return out;
+}
+
+std::string render_kernel_histogram(const json& stats) {
+  const json& ks = at(stats, "kernel_signals");
+  const json& h = at(ks, "histograms");
+  if (!h.is_object()) {
+    const json& bpf = at(ks, "bpf");
+    const std::string why = bpf.value("present", false) ? std::string("the eBPF program recorded no idle-period histograms")
+                                                        : "eBPF absent: " + str(bpf, "missing_reason", "no reason given");
+    return "no idle-period histograms (" + why +
+           ").\nThey come from the eBPF program on power:cpu_idle; without it the cpuidle counters give rates, not a "
+           "distribution: see `haltpollctl stats --kernel`.\n";
+  }
+  std::string out = "idle periods by outcome, " + str(h, "scope") + ":\n\n";
+  const std::pair<const char*, const char*> outcomes[] = {
+      {"poll_hit", "poll ended by a wake-up"}, {"poll_halt", "poll timed out, then halt (whole period)"}, {"halt", "halt without a poll"}};
+  for (const auto& [key, what] : outcomes) {
+    const json& o = at(h, key);
+    out += fmt::format("{} ({}): {} periods, p50 {}, p99 {}\n", key, what, str(o, "count"), ns_or_dash(at(o, "p50_ns")),
+                       ns_or_dash(at(o, "p99_ns")));
+    out += render_buckets(items(o, "buckets"), "  ") + "\n";
+  }
+  return out;
+}
+
+std::string render_decisions(const json& d, const Screen& screen, bool wrap_reason) {
+  const json& list = items(d, "decisions");
+  if (list.empty()) return "no decisions yet\n";
+  constexpr const char* row = "{:<8} {:>6} {:<6} {:<6} {:>9} → {:<9} {:<7} {}\n";
+  std::string out = fmt::format(row, "TIME", "TICK", "TARGET", "ACTION", "OLD", "NEW", "APPLIED", "REASON");
+  constexpr std::size_t reason_column = 8 + 1 + 6 + 1 + 6 + 1 + 6 + 1 + 9 + 3 + 9 + 1 + 7 + 1;
+  const std::size_t reason_width = screen.width > reason_column + 20 ? screen.width - reason_column : 40;
+  for (const auto& e : list) {
+    const std::string applied = e.value("applied_kernel", false) ? "kernel" : e.value("applied_pool", false) ? "pool" : "-";
+    const std::string reason = e.value("reason", std::string("-"));
+    std::vector<std::string> lines = wrap_reason ? wrap(reason, reason_width) : std::vector<std::string>{reason};
+    if (lines.empty()) lines.push_back("");
+    out += fmt::format(row, local_time(at(e, "time_ms")), str(e, "tick"), str(e, "target"), str(e, "action"),
+                       human_value(at(e, "previous_ns"), true), human_value(at(e, "guest_halt_poll_ns"), true), applied, lines[0]);
+    for (std::size_t i = 1; i < lines.size(); ++i) out += std::string(reason_column, ' ') + lines[i] + '\n';
+  }
+  return out;
+}
+
+}  // namespace haltpollctl

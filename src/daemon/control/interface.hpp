@@ -1,0 +1,22 @@
+// The names of the io.haltpolld interface that both ends must spell alike: the interface itself
+// and its error names (the generic org.varlink.service.* names live in varlink/varlink.hpp).
+// Header-only and dependency-free so that haltpollctl includes it without linking the daemon's
+// control layer. Constants only: nothing to synchronise.
+#pragma once
+
+namespace haltpolld {
+
+inline constexpr const char* kInterface = "io.haltpolld";
+
+// io.haltpolld errors, with the parameters each carries.
+namespace errors {
+inline constexpr const char* config_refused = "io.haltpolld.ConfigRefused";      // (path, reason, file?)
+inline constexpr const char* no_such_cpu = "io.haltpolld.NoSuchCpu";             // (cpu)
+inline constexpr const char* restart_required = "io.haltpolld.RestartRequired";  // (paths)
+inline constexpr const char* malformed_message = "io.haltpolld.MalformedMessage";  // (reason); then closed
+inline constexpr const char* message_too_large = "io.haltpolld.MessageTooLarge";  // (limit); then closed
+inline constexpr const char* too_many_connections = "io.haltpolld.TooManyConnections";  // (limit); then closed
+inline constexpr const char* internal_error = "io.haltpolld.InternalError";      // (reason)
+}  // namespace errors
+
+}  // namespace haltpolld
