@@ -79,27 +79,41 @@ enum class ShutdownMode : std::uint8_t {
 
 enum class WorkerState : std::uint8_t { running, polling, parked };
 
+// The worker's counters, declared once: X(name, kind, source, help). Everything that lists them
+// (the worker's atomics, the snapshot in stats(), reset_stats()'s baseline, and exporters such as
+// the daemon's GetStats and Prometheus output) is generated from this table.
+//   kind    counter  only grows; reset_stats() subtracts its value at the reset (Prometheus counter)
+//           gauge    a current value, never reset (Prometheus gauge)
+//   source  worker   a relaxed single-writer atomic of the worker
+//           park     the worker's detail::ParkCounters (written by the park algorithm)
+// All are std::uint64_t.
+#define HALTPOLL_WORKER_COUNTERS(X)                                                                         \
+  X(tasks_run, counter, worker, "tasks run")                                                                \
+  X(slot_tasks, counter, worker, "tasks (run or cancelled) that came in the worker's inline slot: no allocation") \
+  X(task_exceptions, counter, worker, "tasks that threw (caught; the worker carries on)")                  \
+  X(tasks_cancelled, counter, worker, "tasks destroyed unrun by shutdown(cancel)")                         \
+  X(idle_periods, counter, worker, "parks that waited (poll_hits + poll_misses)")                          \
+  X(poll_hits, counter, worker, "idle periods whose wake came while polling")                              \
+  X(poll_misses, counter, worker, "idle periods whose window ran out: the worker parked (or was notified just then)") \
+  X(futex_waits, counter, park, "FUTEX_WAIT calls (>= poll_misses: spurious wakes)")                       \
+  X(futex_errors, counter, park, "FUTEX_WAITs that failed with EPERM, ENOSYS, ... (the worker backs off, see Parker)") \
+  X(wakes_without_syscall, counter, park, "submitters that found the worker polling")                      \
+  X(poll_ns, counter, worker, "time spent polling, hits and misses, ns")                                   \
+  X(wasted_poll_ns, counter, worker, "polling that ended in a park, ns")                                   \
+  X(idle_ns, counter, worker, "total length of the idle periods, ns")                                      \
+  X(window_ns, gauge, worker, "the window of the worker's latest park, ns")                                \
+  X(park_wakes, counter, worker,                                                                            \
+    "wakes on the park path (the waker called FUTEX_WAKE) that brought a stamped task: all of them but for " \
+    "a park racing the submit's claim")                                                                     \
+  X(park_wake_ns, counter, worker, "their total wake-up penalty (wake time - submit time), ns")            \
+  X(miss_cost_ns, gauge, worker, "the miss cost the governor uses now, ns")
+
 struct WorkerStats {
   int cpu = -1;
   WorkerState state = WorkerState::running;  // at the time of reading (a hint, for live views)
-  std::uint64_t tasks_run = 0;
-  std::uint64_t slot_tasks = 0;       // tasks (run or cancelled) that came in the worker's inline slot: no allocation
-  std::uint64_t task_exceptions = 0;  // tasks that threw (caught; the worker carries on)
-  std::uint64_t tasks_cancelled = 0;  // destroyed unrun by shutdown(cancel)
-  std::uint64_t idle_periods = 0;     // parks that waited (poll_hits + poll_misses)
-  std::uint64_t poll_hits = 0;        // the wake came while polling
-  std::uint64_t poll_misses = 0;      // the window ran out: the worker parked (or was notified just then)
-  std::uint64_t futex_waits = 0;      // FUTEX_WAIT calls (>= poll_misses: spurious wakes)
-  std::uint64_t futex_errors = 0;     // of those, failed with EPERM, ENOSYS, ... (the worker backs off, see Parker)
-  std::uint64_t wakes_without_syscall = 0;  // submitters that found the worker polling
-  std::uint64_t poll_ns = 0;          // CPU time spent polling, hits and misses
-  std::uint64_t wasted_poll_ns = 0;   // polling that ended in a park
-  std::uint64_t idle_ns = 0;          // total length of the idle periods
-  std::uint64_t window_ns = 0;        // the window of the worker's latest park (current)
-  std::uint64_t park_wakes = 0;       // wakes on the park path (the waker called FUTEX_WAKE) that brought a stamped
-                                      // task: all of them but for a park racing the submit's claim
-  std::uint64_t park_wake_ns = 0;     // their total wake-up penalty (wake time - submit time)
-  std::uint64_t miss_cost_ns = 0;     // the miss cost the governor uses now (current)
+#define HALTPOLL_WORKER_STATS_FIELD(name, kind, source, help) std::uint64_t name = 0;
+  HALTPOLL_WORKER_COUNTERS(HALTPOLL_WORKER_STATS_FIELD)
+#undef HALTPOLL_WORKER_STATS_FIELD
   std::uint32_t latency_sample_every = 1;  // PoolOptions::latency_sample_every: `latency` holds a sample
   LatencyHistogram latency;           // submit→start, ns, of the stamped tasks (latency.count() of tasks_run)
 };

@@ -63,11 +63,15 @@ struct WorkerPool::Worker {
   // Pushed (once) by shutdown to wake the worker without a task; never run, never deleted.
   TaskNode wake_node;
 
-  // Written by the worker only.
+  // Written by the worker only: the table's `worker` counters, and the park algorithm's.
   detail::ParkCounters park_counters;
-  std::atomic<std::uint64_t> tasks_run{0}, slot_tasks{0}, task_exceptions{0}, tasks_cancelled{0}, idle_periods{0},
-      poll_hits{0}, poll_misses{0}, poll_ns{0}, wasted_poll_ns{0}, idle_ns{0}, window_ns{0}, park_wakes{0},
-      park_wake_ns{0}, miss_cost_ns{0};
+#define HALTPOLL_ATOMIC_worker(name) std::atomic<std::uint64_t> name{0};
+#define HALTPOLL_ATOMIC_park(name)
+#define HALTPOLL_ATOMIC(name, kind, source, help) HALTPOLL_ATOMIC_##source(name)
+  HALTPOLL_WORKER_COUNTERS(HALTPOLL_ATOMIC)
+#undef HALTPOLL_ATOMIC
+#undef HALTPOLL_ATOMIC_park
+#undef HALTPOLL_ATOMIC_worker
   LatencyHistogram latency;
 
   // Set before the start latch opens, constant afterwards. `id` is what shutdown() compares the
@@ -101,23 +105,13 @@ struct WorkerPool::Worker {
       case TaskQueue::ConsumerState::parked: s.state = WorkerState::parked; break;
       case TaskQueue::ConsumerState::running: s.state = WorkerState::running; break;
     }
-    s.tasks_run = tasks_run.load(relaxed);
-    s.slot_tasks = slot_tasks.load(relaxed);
-    s.task_exceptions = task_exceptions.load(relaxed);
-    s.tasks_cancelled = tasks_cancelled.load(relaxed);
-    s.idle_periods = idle_periods.load(relaxed);
-    s.poll_hits = poll_hits.load(relaxed);
-    s.poll_misses = poll_misses.load(relaxed);
-    s.futex_waits = park_counters.futex_waits.load(relaxed);
-    s.futex_errors = park_counters.futex_errors.load(relaxed);
-    s.wakes_without_syscall = park_counters.wakes_without_syscall.load(relaxed);
-    s.poll_ns = poll_ns.load(relaxed);
-    s.wasted_poll_ns = wasted_poll_ns.load(relaxed);
-    s.idle_ns = idle_ns.load(relaxed);
-    s.window_ns = window_ns.load(relaxed);
-    s.park_wakes = park_wakes.load(relaxed);
-    s.park_wake_ns = park_wake_ns.load(relaxed);
-    s.miss_cost_ns = miss_cost_ns.load(relaxed);
+#define HALTPOLL_READ_worker(name) s.name = name.load(relaxed);
+#define HALTPOLL_READ_park(name) s.name = park_counters.name.load(relaxed);
+#define HALTPOLL_READ(name, kind, source, help) HALTPOLL_READ_##source(name)
+    HALTPOLL_WORKER_COUNTERS(HALTPOLL_READ)
+#undef HALTPOLL_READ
+#undef HALTPOLL_READ_park
+#undef HALTPOLL_READ_worker
     s.latency_sample_every = latency_sample_every;
     s.latency = latency;
     return s;
@@ -441,21 +435,14 @@ WorkerStats WorkerPool::stats(int cpu) const {
   WorkerStats s = w->raw_stats();
   std::lock_guard lock(shared_->reset_mutex);
   const WorkerStats& b = w->baseline;
-  s.tasks_run = sat_sub(s.tasks_run, b.tasks_run);
-  s.slot_tasks = sat_sub(s.slot_tasks, b.slot_tasks);
-  s.task_exceptions = sat_sub(s.task_exceptions, b.task_exceptions);
-  s.tasks_cancelled = sat_sub(s.tasks_cancelled, b.tasks_cancelled);
-  s.idle_periods = sat_sub(s.idle_periods, b.idle_periods);
-  s.poll_hits = sat_sub(s.poll_hits, b.poll_hits);
-  s.poll_misses = sat_sub(s.poll_misses, b.poll_misses);
-  s.futex_waits = sat_sub(s.futex_waits, b.futex_waits);
-  s.futex_errors = sat_sub(s.futex_errors, b.futex_errors);
-  s.wakes_without_syscall = sat_sub(s.wakes_without_syscall, b.wakes_without_syscall);
-  s.poll_ns = sat_sub(s.poll_ns, b.poll_ns);
-  s.wasted_poll_ns = sat_sub(s.wasted_poll_ns, b.wasted_poll_ns);
-  s.idle_ns = sat_sub(s.idle_ns, b.idle_ns);
-  s.park_wakes = sat_sub(s.park_wakes, b.park_wakes);
-  s.park_wake_ns = sat_sub(s.park_wake_ns, b.park_wake_ns);
+  // Counters count from the last reset; gauges are current values.
+#define HALTPOLL_SINCE_RESET_counter(name) s.name = sat_sub(s.name, b.name);
+#define HALTPOLL_SINCE_RESET_gauge(name)
+#define HALTPOLL_SINCE_RESET(name, kind, source, help) HALTPOLL_SINCE_RESET_##kind(name)
+  HALTPOLL_WORKER_COUNTERS(HALTPOLL_SINCE_RESET)
+#undef HALTPOLL_SINCE_RESET
+#undef HALTPOLL_SINCE_RESET_gauge
+#undef HALTPOLL_SINCE_RESET_counter
   s.latency.subtract(b.latency);
   return s;
 }

@@ -17,6 +17,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -575,12 +576,31 @@ TEST_CASE("pool: poll hits, futex waits and reset_stats", "[pool]") {
     CHECK(s.park_wakes == 20);  // every wake went through the futex and brought a task
     CHECK(s.park_wake_ns > 0);
     CHECK(s.miss_cost_ns > 0);
+    // Parked again: the bookkeeping of the last wake (miss cost included) is done.
+    REQUIRE(eventually([&] { return pool.stats(cpu).state == haltpoll::WorkerState::parked; }));
+    const WorkerStats before = pool.stats(cpu);
     pool.reset_stats();
     s = pool.stats(cpu);
     CHECK(s.tasks_run == 0);
     CHECK(s.latency.count() == 0);
     CHECK(s.latency.percentile(0.5) == 0);
     CHECK(s.futex_waits == 0);
+    // From the counter table: every counter restarts at 0, every gauge keeps its value (the
+    // worker is parked, nothing changes them meanwhile).
+    int counters = 0, gauges = 0;
+#define CHECK_AFTER_RESET(name, kind, source, help)            \
+  if (std::string_view(#kind) == "counter") {                 \
+    ++counters;                                               \
+    CHECK(s.name == 0);                                       \
+  } else {                                                    \
+    ++gauges;                                                 \
+    CHECK(s.name == before.name);                             \
+  }
+    HALTPOLL_WORKER_COUNTERS(CHECK_AFTER_RESET)
+#undef CHECK_AFTER_RESET
+    CHECK(counters == 15);
+    CHECK(gauges == 2);
+    CHECK(before.miss_cost_ns > 0);
   }
   {
     o.policy = "static:60000000000";  // 60 s: the worker polls until the task comes
