@@ -33,25 +33,17 @@ struct ProgStats {
   std::uint64_t run_ns = 0, runs = 0;
 };
 
-// The summed statistics of the loaded programs whose names IdleTrace's object gives them.
-ProgStats idle_trace_prog_stats() {
+// The summed run-time statistics of the trace's three programs.
+ProgStats idle_trace_prog_stats(const haltpolld::IdleTrace& trace) {
   ProgStats s;
-  __u32 id = 0;
-  while (bpf_prog_get_next_id(id, &id) == 0) {
-    const int fd = bpf_prog_get_fd_by_id(id);
-    if (fd < 0) continue;
+  for (const char* tp : {"cpu_idle", "guest_halt_poll_ns", "sched_wake_idle_without_ipi"}) {
+    const int fd = trace.program_fd(tp);
     bpf_prog_info info{};
     __u32 len = sizeof info;
-    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) {
-      const std::string_view name(info.name);
-      for (std::string_view n : {"cpu_idle_btf", "cpu_idle_raw", "limit_btf", "limit_raw", "ipi_btf", "ipi_raw"}) {
-        if (name == n) {
-          s.run_ns += info.run_time_ns;
-          s.runs += info.run_cnt;
-        }
-      }
+    if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0) {
+      s.run_ns += info.run_time_ns;
+      s.runs += info.run_cnt;
     }
-    ::close(fd);
   }
   return s;
 }
@@ -83,7 +75,7 @@ Run run_pipe(long loops, bool with_program) {
       std::fprintf(stderr, "bench_bpf_overhead: cannot enable BPF run-time statistics: %s\n", std::strerror(errno));
       std::exit(3);
     }
-    p0 = idle_trace_prog_stats();
+    p0 = idle_trace_prog_stats(*trace);
   }
   const auto c0 = haltpolld::read_cpuidle_totals("/sys", 0);
   const auto t0 = std::chrono::steady_clock::now();
@@ -107,7 +99,7 @@ Run run_pipe(long loops, bool with_program) {
   r.idle_entries_per_s =
       static_cast<double>((c1.poll_usage + c1.halt_usage) - (c0.poll_usage + c0.halt_usage)) / r.wall_s;
   if (with_program) {
-    const ProgStats p1 = idle_trace_prog_stats();
+    const ProgStats p1 = idle_trace_prog_stats(*trace);
     const double ns = static_cast<double>(p1.run_ns - p0.run_ns), n = static_cast<double>(p1.runs - p0.runs);
     r.bpf_ns_per_event = n > 0 ? ns / n : 0;
     r.bpf_events_per_s = n / r.wall_s;
@@ -186,24 +178,12 @@ double test_run_ns_per_event(long events) {
     std::fprintf(stderr, "bench_bpf_overhead: %s\n", why.c_str());
     std::exit(3);
   }
-  int prog = -1;
-  __u32 id = 0;
-  while (prog < 0 && bpf_prog_get_next_id(id, &id) == 0) {
-    const int fd = bpf_prog_get_fd_by_id(id);
-    bpf_prog_info info{};
-    __u32 len = sizeof info;
-    if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && std::string_view(info.name) == "cpu_idle_raw")
-      prog = fd;
-    else if (fd >= 0)
-      ::close(fd);
-  }
+  const int prog = trace->program_fd("cpu_idle");
   if (prog < 0) {
-    std::fprintf(stderr, "bench_bpf_overhead: cannot find the program cpu_idle_raw\n");
+    std::fprintf(stderr, "bench_bpf_overhead: the raw_tp cpu_idle program is not loaded\n");
     std::exit(3);
   }
-  const double ns = test_run_ns(prog, events);
-  ::close(prog);
-  return ns;
+  return test_run_ns(prog, events);
 }
 
 }  // namespace

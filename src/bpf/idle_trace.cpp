@@ -185,6 +185,7 @@ struct IdleTrace::Impl {
   ring_buffer* ring = nullptr;
   unsigned ncpu = 0;
   std::optional<unsigned> poll_state;
+  std::array<bpf_program*, tracepoints.size()> attached{};  // the program kept per tracepoint
   std::string status;
   std::vector<std::string> missing;
   mutable const std::function<void(const IdleRecord&)>* sink = nullptr;
@@ -333,6 +334,7 @@ std::unique_ptr<IdleTrace> IdleTrace::open(const IdleTraceOptions& options, std:
       case 1: (use_btf ? impl->skel->links.limit_btf : impl->skel->links.limit_raw) = link; break;
       default: (use_btf ? impl->skel->links.ipi_btf : impl->skel->links.ipi_raw) = link; break;
     }
+    impl->attached[i] = program_of(impl->skel, i, use_btf);
     impl->status += " " + tp + " " + (use_btf ? "tp_btf" : "raw_tp") + ";";
   }
   if (impl->status.back() == ';') impl->status.pop_back();
@@ -426,6 +428,12 @@ long IdleTrace::consume(const std::function<void(const IdleRecord&)>& sink) cons
   const int n = ring_buffer__consume(impl_->ring);
   impl_->sink = nullptr;
   return n;
+}
+
+int IdleTrace::program_fd(const std::string& tracepoint) const noexcept {
+  for (std::size_t i = 0; i < tracepoints.size(); ++i)
+    if (tracepoint == tracepoints[i].name && impl_->attached[i]) return bpf_program__fd(impl_->attached[i]);
+  return -1;
 }
 
 std::uint64_t IdleTrace::records_dropped() const noexcept {

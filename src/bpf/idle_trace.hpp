@@ -114,6 +114,11 @@ class IdleTrace {
   // The cpuidle index of POLL, if the driver has one.
   std::optional<unsigned> poll_state() const noexcept;
 
+  // The file descriptor of the loaded program for a tracepoint ("cpu_idle", "guest_halt_poll_ns",
+  // "sched_wake_idle_without_ipi"), or -1: for tests and benchmarks that run it through
+  // BPF_PROG_TEST_RUN (possible for the raw_tp programs). Owned by the IdleTrace.
+  int program_fd(const std::string& tracepoint) const noexcept;
+
   // Record mode only: hands every record written since the last call to `sink`, in ring order (per
   // CPU in time order; across CPUs in the order the periods ended, within the reservation race).
   // Returns the number of records, or -errno. The sink must not throw.

@@ -29,5 +29,6 @@ unsigned IdleTrace::possible_cpus() const noexcept { return 0; }
 std::optional<unsigned> IdleTrace::poll_state() const noexcept { return std::nullopt; }
 long IdleTrace::consume(const std::function<void(const IdleRecord&)>&) const { return -ENOSYS; }
 std::uint64_t IdleTrace::records_dropped() const noexcept { return 0; }
+int IdleTrace::program_fd(const std::string&) const noexcept { return -1; }
 
 }  // namespace haltpolld

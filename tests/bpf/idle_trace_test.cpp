@@ -9,7 +9,9 @@
 #include "idle_trace.hpp"
 #include "subprocess.hpp"
 
+#include <bpf/bpf.h>
 #include <grp.h>
+#include <sched.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
@@ -24,6 +26,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
@@ -325,4 +328,134 @@ TEST_CASE("tp_btf can be forced where the kernel has BTF, and every tracepoint a
     REQUIRE_THAT(t->status(), Contains("power:guest_halt_poll_ns tp_btf"));
     REQUIRE_THAT(t->status(), Contains("sched:sched_wake_idle_without_ipi tp_btf"));
   }
+}
+
+namespace {
+
+// Runs a raw_tp program once through BPF_PROG_TEST_RUN with these tracepoint arguments.
+void test_run(int prog, std::initializer_list<__u64> args) {
+  std::vector<__u64> ctx(args);
+  bpf_test_run_opts opts{};
+  opts.sz = sizeof opts;
+  opts.ctx_in = ctx.data();
+  opts.ctx_size_in = static_cast<__u32>(ctx.size() * sizeof(__u64));
+  INFO("BPF_PROG_TEST_RUN: " << std::strerror(errno));
+  REQUIRE(bpf_prog_test_run_opts(prog, &opts) == 0);
+}
+
+// The events are fed for the CPU this thread is pinned to: while it runs the test, that CPU cannot
+// idle, so no real event of that CPU mixes in. The old affinity comes back at the end of the scope.
+class PinHere {
+ public:
+  PinHere() {
+    REQUIRE(sched_getaffinity(0, sizeof old_, &old_) == 0);
+    cpu_ = sched_getcpu();
+    REQUIRE(cpu_ >= 0);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu_, &set);
+    REQUIRE(sched_setaffinity(0, sizeof set, &set) == 0);
+  }
+  ~PinHere() { sched_setaffinity(0, sizeof old_, &old_); }
+  PinHere(const PinHere&) = delete;
+  PinHere& operator=(const PinHere&) = delete;
+  int cpu() const { return cpu_; }
+
+ private:
+  cpu_set_t old_{};
+  int cpu_ = -1;
+};
+
+}  // namespace
+
+TEST_CASE("the program's state machine on a scripted sequence of events (BPF_PROG_TEST_RUN)", "[bpf]") {
+  const PinHere pin;
+  const int cpu = pin.cpu();
+  IdleTraceOptions o;
+  o.attach = IdleTraceOptions::Attach::raw_tp;
+  auto t = open_or_fail(o);
+  REQUIRE(t->poll_state().has_value());
+  const __u64 poll = *t->poll_state(), halt = poll == 0 ? 1 : 0, exit_ = 0xffffffffu, c = static_cast<__u64>(cpu);
+  const int idle = t->program_fd("cpu_idle"), limit = t->program_fd("guest_halt_poll_ns"),
+            ipi = t->program_fd("sched_wake_idle_without_ipi");
+  REQUIRE(idle >= 0);
+  // A clean start: whatever the CPU's last real period left, a halt entry and exit close it.
+  test_run(idle, {exit_, c});
+  test_run(idle, {halt, c});
+  test_run(idle, {exit_, c});
+  const auto a = t->read();
+  test_run(idle, {poll, c});   // poll 1
+  test_run(idle, {exit_, c});
+  test_run(idle, {poll, c});   // poll 2: poll 1 was a hit
+  test_run(idle, {exit_, c});
+  test_run(idle, {halt, c});   // halt after poll 2: poll 2 timed out
+  test_run(idle, {exit_, c});
+  test_run(idle, {halt, c});   // a halt without a poll
+  test_run(idle, {exit_, c});
+  test_run(idle, {exit_, c});  // an exit without an entry
+  test_run(idle, {poll, c});   // poll 3 ...
+  test_run(idle, {poll, c});   // ... whose exit was lost: an entry while idle
+  test_run(idle, {exit_, c});
+  if (limit >= 0) {
+    test_run(limit, {1, 100000, 50000});  // grow 50000 -> 100000
+    test_run(limit, {0, 50000, 100000});  // shrink 100000 -> 50000
+  }
+  if (ipi >= 0) {
+    test_run(ipi, {c});
+    test_run(ipi, {c});
+  }
+  const IdleCpuStats d = t->read().cpus.at(static_cast<std::size_t>(cpu)).minus(a.cpus.at(static_cast<std::size_t>(cpu)));
+  CHECK(d.idle_entries == 6);
+  CHECK(d.poll_entries == 4);
+  CHECK(d.poll_hits == 1);
+  CHECK(d.poll_timeouts == 1);
+  CHECK(d.halts == 2);
+  CHECK(d.unmatched == 2);
+  CHECK(d.poll_hit.count() == 1);
+  CHECK(d.poll_halt.count() == 1);
+  CHECK(d.halt.count() == 1);
+  CHECK(d.halt_residency.count() == 2);
+  // poll 2 + its halt, as one period, is longer than the halt alone.
+  CHECK(d.poll_halt.sum_ns() > d.halt_residency.sum_ns() - d.halt.sum_ns());
+  require_consistent(d);
+  if (limit >= 0) {
+    CHECK(d.limit_events == 2);
+    CHECK(d.grows == 1);
+    CHECK(d.shrinks == 1);
+    CHECK(t->read().cpus.at(static_cast<std::size_t>(cpu)).poll_limit_ns == std::optional<std::uint32_t>(50000));
+  }
+  if (ipi >= 0) CHECK(d.ipi_skipped == 2);
+}
+
+TEST_CASE("record mode writes one record per period and limit change, in order (BPF_PROG_TEST_RUN)", "[bpf]") {
+  const PinHere pin;
+  const int cpu = pin.cpu();
+  IdleTraceOptions o;
+  o.attach = IdleTraceOptions::Attach::raw_tp;
+  o.record_ring_bytes = 1 << 20;
+  auto t = open_or_fail(o);
+  REQUIRE(t->poll_state().has_value());
+  const __u64 poll = *t->poll_state(), halt = poll == 0 ? 1 : 0, exit_ = 0xffffffffu, c = static_cast<__u64>(cpu);
+  const int idle = t->program_fd("cpu_idle"), limit = t->program_fd("guest_halt_poll_ns");
+  REQUIRE(idle >= 0);
+  REQUIRE(limit >= 0);
+  test_run(idle, {exit_, c});  // closes a real period in progress, if any (its record is dropped below)
+  t->consume([](const haltpolld::IdleRecord&) {});
+  test_run(idle, {poll, c});
+  test_run(idle, {exit_, c});
+  test_run(idle, {halt, c});
+  test_run(idle, {exit_, c});
+  test_run(limit, {1, 100000, 50000});
+  std::vector<haltpolld::IdleRecord> got;
+  REQUIRE(t->consume([&](const haltpolld::IdleRecord& r) {
+    if (r.cpu == static_cast<unsigned>(cpu)) got.push_back(r);
+  }) >= 3);
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].kind == haltpolld::IdleRecord::Kind::poll);
+  CHECK(got[1].kind == haltpolld::IdleRecord::Kind::halt);
+  CHECK(got[2].kind == haltpolld::IdleRecord::Kind::limit);
+  CHECK((got[2].old_ns == 50000 && got[2].new_ns == 100000 && got[2].grow));
+  CHECK(got[0].ts_ns < got[1].ts_ns);
+  CHECK(got[1].ts_ns <= got[2].ts_ns);
+  CHECK(t->records_dropped() == 0);
 }
