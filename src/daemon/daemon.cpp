@@ -11,6 +11,7 @@
 #include "notify.hpp"
 #include "varlink/varlink.hpp"
 
+#include "haltpoll/affinity.hpp"
 #include "haltpoll/barrier.hpp"
 #include "haltpoll/version.hpp"
 #include "haltpoll/worker_pool.hpp"
@@ -36,13 +37,10 @@ using nlohmann::json;
 
 namespace {
 
+// The library's affinity_cpus() (cgroup cpusets included), as the config's CPU numbers.
 std::vector<unsigned> affinity_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
   std::vector<unsigned> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-  for (unsigned c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  for (int c : haltpoll::affinity_cpus()) cpus.push_back(static_cast<unsigned>(c));
   return cpus;
 }
 
@@ -439,6 +437,8 @@ int Daemon::Impl::run() {
     po.policy = config_.pool.policy;
     po.params.haltpoll = config_.pool.haltpoll;
     po.window_cap_ns = config_.pool.window_cap_ns;
+    // The probes are the daemon's latency samples (a few per second): stamp every one of them.
+    po.latency_sample_every = 1;
     pool_ = std::make_unique<haltpoll::WorkerPool>(po);
     for (const auto& [cpu, reason] : pool_->pin_failures()) spdlog::warn("worker of CPU {} runs unpinned: {}", cpu, reason);
     controller_ = std::make_unique<Controller>(controller_options(config_), pool_.get());
