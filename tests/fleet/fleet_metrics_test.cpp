@@ -221,3 +221,39 @@ TEST_CASE("textfile: mode 0644 whatever the umask, so node_exporter's user can r
   REQUIRE(::stat(path.c_str(), &st) == 0);
   CHECK((st.st_mode & 07777) == 0644);
 }
+
+TEST_CASE("eBPF kernel series: outcomes, skipped IPIs, limits and idle-period histograms pass promtool") {
+  KernelSignals k;
+  k.elapsed_ns = 1'000'000'000;
+  for (int cpu = 0; cpu < 2; ++cpu) {
+    CpuKernelSignals c;
+    c.cpu = cpu;
+    c.poll_entries = 1000;
+    c.halts = 10;
+    c.poll_hits = 995;
+    c.poll_misses = 5;
+    c.outcomes_exact = true;
+    c.ipi_skipped = 900;
+    c.poll_limit_ns = 50000;
+    c.limit_grows = 3;
+    c.limit_shrinks = 1;
+    k.cpus.push_back(c);
+  }
+  IdlePeriodHistograms h;
+  for (std::uint64_t ns : {2000, 3000, 9000}) h.poll_hit.record(ns);
+  h.poll_halt.record(120000);
+  h.halt.record(5'000'000);
+  k.periods = h;
+  StatsSnapshot s;
+  s.kernel_signals.record(1, k, 0.0);
+  const std::string t = render_prometheus(s);
+  CHECK(t.find("haltpoll_kernel_poll_hits_total{cpu=\"1\"} 995") != std::string::npos);
+  CHECK(t.find("haltpoll_kernel_ipi_skipped_total{cpu=\"0\"} 900") != std::string::npos);
+  CHECK(t.find("haltpoll_kernel_poll_limit_seconds{cpu=\"0\"} 5e-05") != std::string::npos);
+  CHECK(t.find("haltpoll_kernel_poll_limit_changes_total{cpu=\"0\",direction=\"grow\"} 3") != std::string::npos);
+  CHECK(t.find("haltpoll_kernel_idle_period_seconds_count{outcome=\"poll_hit\"} 3") != std::string::npos);
+  CHECK(t.find("haltpoll_kernel_idle_period_seconds_bucket{outcome=\"halt\",le=\"+Inf\"} 1") != std::string::npos);
+  auto [rc, out] = promtool_check_metrics(t);
+  CHECK(rc == 0);
+  CHECK(out.empty());
+}

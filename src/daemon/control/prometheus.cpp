@@ -118,6 +118,65 @@ void render_fleet_series(Exposition& e, const FleetSeries& f) {
 
 }  // namespace
 
+// The series that the tick-by-tick kernel signals add to the cpuidle counters: poll outcomes (exact
+// from eBPF, else derived), and, with eBPF only, skipped IPIs, the per-CPU limit and its changes and
+// the idle-period histograms. Sums since start (or ResetStats, which Prometheus sees as a reset).
+void render_kernel_signal_series(Exposition& e, const KernelSignalsStats& k) {
+  const auto& cpus = k.totals.cpus();
+  if (cpus.empty()) return;
+  e.family("haltpoll_kernel_poll_hits_total", "counter",
+           "Polls ended by a wake-up rather than a halt (eBPF outcome counts, else derived from cpuidle).");
+  for (const auto& c : cpus)
+    e.sample("haltpoll_kernel_poll_hits_total", cpu_label(static_cast<unsigned>(c.cpu)), std::to_string(c.poll_hits));
+  e.family("haltpoll_kernel_poll_misses_total", "counter", "Polls that timed out and were followed by a halt.");
+  for (const auto& c : cpus)
+    e.sample("haltpoll_kernel_poll_misses_total", cpu_label(static_cast<unsigned>(c.cpu)), std::to_string(c.poll_misses));
+  bool any_ipi = false;
+  for (const auto& c : cpus) any_ipi |= c.ipi_skipped.has_value();
+  if (any_ipi) {
+    e.family("haltpoll_kernel_ipi_skipped_total", "counter",
+             "Remote wake-ups that found the CPU polling and skipped the IPI (sched_wake_idle_without_ipi).");
+    for (const auto& c : cpus)
+      if (c.ipi_skipped)
+        e.sample("haltpoll_kernel_ipi_skipped_total", cpu_label(static_cast<unsigned>(c.cpu)), std::to_string(*c.ipi_skipped));
+    e.family("haltpoll_kernel_poll_limit_changes_total", "counter",
+             "The haltpoll governor's per-CPU limit adjustments (power:guest_halt_poll_ns), by direction.");
+    for (const auto& c : cpus) {
+      const std::string l = cpu_label(static_cast<unsigned>(c.cpu));
+      e.sample("haltpoll_kernel_poll_limit_changes_total", l + ",direction=\"grow\"", std::to_string(c.limit_grows));
+      e.sample("haltpoll_kernel_poll_limit_changes_total", l + ",direction=\"shrink\"", std::to_string(c.limit_shrinks));
+    }
+  }
+  bool any_limit = false;
+  for (const auto& c : k.last.cpus) any_limit |= c.poll_limit_ns.has_value();
+  if (any_limit) {
+    e.family("haltpoll_kernel_poll_limit_seconds", "gauge", "The haltpoll governor's current per-CPU poll limit.");
+    for (const auto& c : k.last.cpus)
+      if (c.poll_limit_ns)
+        e.sample("haltpoll_kernel_poll_limit_seconds", cpu_label(static_cast<unsigned>(c.cpu)), seconds(*c.poll_limit_ns));
+  }
+  if (const auto& periods = k.totals.periods()) {
+    e.family("haltpoll_kernel_idle_period_seconds", "histogram",
+             "Idle-period length over all CPUs by outcome: poll_hit (poll ended by a wake-up), poll_halt (poll "
+             "timed out, then halt), halt (no poll).");
+    auto one = [&](const char* outcome, const haltpoll::LatencyHistogram& h) {
+      const std::string l = std::string("outcome=\"") + outcome + "\"";
+      std::uint64_t cumulative = 0;
+      for (const auto& b : idle_period_buckets(h)) {
+        cumulative += b.count;
+        const bool inf = b.le_ns == std::numeric_limits<std::uint64_t>::max();
+        e.sample("haltpoll_kernel_idle_period_seconds_bucket", l + ",le=\"" + (inf ? "+Inf" : seconds(b.le_ns)) + "\"",
+                 std::to_string(cumulative));
+      }
+      e.sample("haltpoll_kernel_idle_period_seconds_sum", l, seconds(h.sum_ns()));
+      e.sample("haltpoll_kernel_idle_period_seconds_count", l, std::to_string(h.count()));
+    };
+    one("poll_hit", periods->poll_hit);
+    one("poll_halt", periods->poll_halt);
+    one("halt", periods->halt);
+  }
+}
+
 std::string render_prometheus(const StatsSnapshot& s) {
   Exposition e;
   e.family("haltpoll_info", "gauge", "Constant 1, labelled with the daemon's version, effective mode and wait backend.");
@@ -204,6 +263,7 @@ std::string render_prometheus(const StatsSnapshot& s) {
   counter("haltpoll_control_rejected_total", "Connections refused or closed by the daemon (limit, malformed, idle).",
           s.control_rejected_total);
   render_fleet_series(e, s.fleet);
+  render_kernel_signal_series(e, s.kernel_signals);
   return e.str();
 }
 
