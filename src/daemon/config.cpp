@@ -212,6 +212,8 @@ Config apply_config_json(const json& j, const Config& base) {
     r.number("max_poll_cpu_percent", c.tuner.max_poll_cpu_percent, 0.0, 100.0);
     r.integer("min_ns", c.tuner.min_ns, 0, kMaxWindowNs);
     r.integer("max_ns", c.tuner.max_ns, 0, kMaxWindowNs);
+    r.number("min_benefit_ratio", c.tuner.min_benefit_ratio, 0.0, 1000.0);
+    r.boolean("manage_grow_start", c.tuner.manage_grow_start);
   });
   if (c.tuner.min_ns > c.tuner.max_ns)
     throw ConfigError("/tuner/min_ns", "must not exceed tuner.max_ns (" + std::to_string(c.tuner.max_ns) + ")");
@@ -271,7 +273,9 @@ nlohmann::json to_json(const Config& c) {
                 {"target_wake_latency_ns", c.tuner.target_wake_latency_ns},
                 {"max_poll_cpu_percent", c.tuner.max_poll_cpu_percent},
                 {"min_ns", c.tuner.min_ns},
-                {"max_ns", c.tuner.max_ns}}},
+                {"max_ns", c.tuner.max_ns},
+                {"min_benefit_ratio", c.tuner.min_benefit_ratio},
+                {"manage_grow_start", c.tuner.manage_grow_start}}},
               {"metrics", {{"textfile", c.metrics.textfile}}},
               {"log", {{"level", c.log.level}}}};
 }
