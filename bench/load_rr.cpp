@@ -26,17 +26,8 @@
 
 namespace {
 
+using loadgen::full_io;
 using loadgen::now_ns;
-
-bool full_io(int fd, char* buf, std::size_t n, bool reading) {
-  std::size_t off = 0;
-  while (off < n) {
-    const ssize_t r = reading ? read(fd, buf + off, n - off) : write(fd, buf + off, n - off);
-    if (r <= 0) return false;
-    off += static_cast<std::size_t>(r);
-  }
-  return true;
-}
 
 void spin_us(double us) {
   const std::int64_t until = now_ns() + static_cast<std::int64_t>(us * 1000);
@@ -85,16 +76,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "load_rr: CPU %d or %d is not in this process's affinity mask\n", client_cpu, server_cpu);
     return 2;
   }
-  const std::string path = "/tmp/haltpolld-load-rr-" + std::to_string(getpid()) + ".sock";
-  const int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  unlink(path.c_str());
-  if (lfd < 0 || bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(lfd, 1) != 0) {
-    std::perror("load_rr: listen");
-    return 1;
-  }
+  const int lfd = loadgen::listen_unix("load-rr", addr);
+  if (lfd < 0) return 1;
   const pid_t server = fork();
   if (server < 0) {
     std::perror("load_rr: fork");
@@ -110,7 +94,7 @@ int main(int argc, char** argv) {
     waitpid(server, nullptr, 0);
     return 1;
   }
-  unlink(path.c_str());
+  unlink(addr.sun_path);
 
   std::vector<std::int64_t> rtt;
   rtt.reserve(static_cast<std::size_t>(duration_s * 200000));
