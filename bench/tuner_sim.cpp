@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   std::printf("{\"bench\":\"tuner_sim\",\"tick_ms\":100,\"ticks\":%d,\"rows\":[", ticks);
   bool first = true;
   for (const LoadModel& load :
-       {LoadModel::pipe(), LoadModel::timer_150us(), LoadModel::poisson_server(), LoadModel::idle_guest()}) {
+       {LoadModel::pipe(), LoadModel::pipe_closed(), LoadModel::timer_150us(), LoadModel::poisson_server(),
+        LoadModel::idle_guest()}) {
     for (const auto& s : settings) {
       SimulatedGuest guest(load, 2, GuestModelParams{}, 99);
       Tuner tuner(s.params, s.start);
