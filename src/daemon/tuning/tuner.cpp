@@ -252,8 +252,8 @@ Decision Tuner::start_sweep(Decision d, const KernelSignals& k, std::string why)
     at_rung_ = RungMeasurement{};
     at_rung_->ns = current_;
     at_rung_->add(k);
-    return move(std::move(d), Action::hold, current_,
-                why + fmt::format("; sweep: measuring the baseline at {} ns", current_));
+    prefix_ += why + "; ";
+    return continue_sweep(std::move(d));
   }
   return move(std::move(d), Action::shrink, ladder_.front(),
               why + fmt::format("; sweep: baseline at {} ns first", ladder_.front()));
@@ -309,8 +309,7 @@ Decision Tuner::finish_sweep(Decision d, std::string prefix) {
   return move(std::move(d), a, to, std::move(reason));
 }
 
-Decision Tuner::continue_sweep(Decision d, const Observation& obs) {
-  (void)obs;
+Decision Tuner::continue_sweep(Decision d) {
   const RungMeasurement& m = *at_rung_;
   if (m.periods < static_cast<double>(params_.min_periods) && m.ticks < params_.max_dwell_ticks)
     return move(std::move(d), Action::hold, current_,
@@ -349,7 +348,11 @@ Decision Tuner::continue_sweep(Decision d, const Observation& obs) {
         stop = "meets the latency target";
       else if (halts_rare && m.wake_rate() < prev.wake_rate() * 1.05)
         stop = "halts rare and the wake rate stopped rising";
-    } else if (m.mean_poll_cpu_percent() - best->mean_poll_cpu_percent() >= 2 && net(m, base) <= net(*best, base)) {
+    } else if (m.mean_poll_cpu_percent() - best->mean_poll_cpu_percent() >= 2 && net(m, base) <= net(*best, base) &&
+               m.wake_rate() < prev.wake_rate() * (1 + params_.closed_loop_min_gain)) {
+      // A closed loop that is still speeding up may pay one rung higher (its periods shrink once
+      // both sides poll); anything else that polls more without paying is the governor's trap or
+      // an open load.
       stop = fmt::format("polls {:.1f} points more than {} ns without paying", m.mean_poll_cpu_percent() -
                          best->mean_poll_cpu_percent(), best->ns);
     } else if (halts_rare && m.wake_rate() < prev.wake_rate() * 1.05) {
@@ -489,7 +492,7 @@ Decision Tuner::decide(const Observation& obs) {
   at_rung_->add(obs.kernel);
 
   switch (phase_) {
-    case Phase::sweep: return continue_sweep(std::move(d), obs);
+    case Phase::sweep: return continue_sweep(std::move(d));
     case Phase::confirm: {
       const RungMeasurement& m = *at_rung_;
       if (m.periods < static_cast<double>(params_.min_periods) && m.ticks < params_.max_dwell_ticks)

@@ -167,7 +167,7 @@ class Tuner {
 
   Decision move(Decision d, Action a, std::uint32_t to, std::string reason);
   Decision start_sweep(Decision d, const KernelSignals& k, std::string why);
-  Decision continue_sweep(Decision d, const Observation& obs);
+  Decision continue_sweep(Decision d);
   Decision finish_sweep(Decision d, std::string prefix);
   Decision steady(Decision d, const Observation& obs);
   std::optional<std::size_t> next_rung(std::size_t after) const;
