@@ -17,7 +17,7 @@ settings = []
 for r in rows:
     if r["setting"] not in settings:
         settings.append(r["setting"])
-statics = [s for s in settings if s.startswith("static_")]
+statics = [s for s in settings if s.startswith("static_") and not s.endswith("_gs")]
 METRIC = {"pipe": ("us_per_op", "us/op", min), "rr": ("throughput_per_s", "round trips/s", max),
           "timer": ("late_p50_us", "lateness p50 us", min), "poisson": ("rtt_p50_us", "RTT p50 us", min),
           "idle": (None, "", None)}

@@ -31,7 +31,8 @@ LOAD_SECONDS="${LOAD_SECONDS:-3}"
 WARM_SECONDS="${WARM_SECONDS:-8}"
 CHANGE_SECONDS="${CHANGE_SECONDS:-20}"
 RR_ARGS="${RR_ARGS:--w 20 -t 10}"
-SETTINGS="${SETTINGS:-static_0 static_10000 static_20000 static_30000 static_50000 static_100000 static_200000 static_400000 balanced budget latency}"
+# static_<ns>_gs: the cap with guest_halt_poll_grow_start = ns / 2 (does a small cap keep polling?).
+SETTINGS="${SETTINGS:-static_0 static_10000 static_20000 static_30000 static_50000 static_100000 static_200000 static_400000 static_20000_gs static_30000_gs balanced budget latency}"
 LOADS="${LOADS:-pipe rr timer poisson idle}"
 P=/sys/module/haltpoll/parameters
 NAMES=(guest_halt_poll_ns guest_halt_poll_grow guest_halt_poll_grow_start guest_halt_poll_shrink
@@ -219,8 +220,10 @@ for round in $(seq 1 "$ROUNDS"); do
     put_back
     case $s in
       static_*)
-        echo "${s#static_}" > "$P/guest_halt_poll_ns"
-        echo "eval-kernel: round $round, guest_halt_poll_ns=${s#static_}" >&2
+        ns=${s#static_}; ns=${ns%_gs}
+        echo "$ns" > "$P/guest_halt_poll_ns"
+        [ "$s" != "${s%_gs}" ] && echo $((ns / 2)) > "$P/guest_halt_poll_grow_start"
+        echo "eval-kernel: round $round, guest_halt_poll_ns=$ns grow_start=$(cat "$P/guest_halt_poll_grow_start")" >&2
         for load in $LOADS; do wait_quiet; run_load "$s" "$round" "$load" >> "$OUT/loads.jsonl"; done
         ;;
       *)
