@@ -21,7 +21,7 @@ LoadModel LoadModel::idle_guest() {
   return {"idle", {{1.0, 0, 10e6}}, 3000};
 }
 LoadModel LoadModel::pipe_closed() {
-  LoadModel m{"pipe_closed", {}, 2100};
+  LoadModel m{"pipe_closed", {}, 1600};
   m.closed_loop = true;
   return m;
 }
@@ -144,11 +144,14 @@ Observation SimulatedGuest::run_closed(std::uint64_t duration_ns, std::uint32_t 
   while (t < static_cast<double>(duration_ns)) {
     const double busy = load_.busy_ns * jitter(rng_);
     const std::size_t b = 1 - a;
-    const auto idle_ns = static_cast<std::uint64_t>(last_latency + busy);
+    // One wake-up in 10000 waits 2 ms more (the tick, housekeeping), as on a real guest: the
+    // halts after them are what moves a CPU's limit when the cap changes.
+    const double extra = std::uniform_real_distribution<double>(0, 1)(rng_) < 0.0001 ? 2e6 : 0;
+    const auto idle_ns = static_cast<std::uint64_t>(last_latency + busy + extra);
     const double latency = idle_period(cpus_[b], deltas[b], ebpf[b], h, idle_ns, cap_ns, true);
     last_.record(static_cast<std::uint64_t>(latency));
     ++wakes;
-    t += busy + latency;
+    t += busy + latency + extra;
     last_latency = latency;
     if (b == 0) ++round_trips_;
     a = b;

@@ -5,7 +5,8 @@
 // partner's own wake latency: a halted partner makes the periods long, which keeps a small cap from
 // ever polling, and once both poll the periods collapse (real-guest README §2). Calibrated from
 // tests/data/real-guest/static-curve.jsonl: 44.2 µs per pipe round trip at cap 0 and 6.1 at
-// 200000 give 2 × (busy + miss) and 2 × (busy + hit) with busy 2.1 µs, miss 20 µs, hit 1 µs. the per-CPU poll_limit follows the kernel's rules exactly (REFERENCE.md §1: poll
+// 200000 give 2 × (busy + miss) and 2 × (busy + hit) with busy 1.6 µs, miss 20 µs, hit 1.5 µs
+// (plus one wake-up in 10000 that waits 2 ms more). the per-CPU poll_limit follows the kernel's rules exactly (REFERENCE.md §1: poll
 // while poll_limit > 0, a timed-out poll is followed by a halt, adjustments happen after a halt
 // only, grow ×grow from grow_start up to the cap, shrink ÷shrink with the reset below grow_start,
 // and a lowered cap does not clamp an existing poll_limit until the next adjustment). A wake from

@@ -412,17 +412,20 @@ Decision Tuner::steady(Decision d, const Observation& obs) {
                                        t.max_poll_cpu_percent(), params_.max_poll_cpu_percent, current_));
   }
   if (auto c = load_changed(t)) return start_sweep(std::move(d), obs.kernel, "load changed: " + *c);
-  if (t.halt_rate() >= params_.grow_halts_per_second && growth_block_ticks_ == 0 &&
-      (!swept_ || ticks_since_sweep_ >= params_.resweep_after_ticks))
+  // Never swept: a busy guest is swept even when it halts rarely (a load that already polls at
+  // a high cap, as at the kernel's default 200000); only an idle one goes to the bottom.
+  const bool busy = t.halt_rate() >= params_.grow_halts_per_second ||
+                    (!swept_ && t.wake_rate() >= params_.grow_halts_per_second);
+  if (busy && growth_block_ticks_ == 0 && (!swept_ || ticks_since_sweep_ >= params_.resweep_after_ticks))
     return start_sweep(std::move(d), obs.kernel,
                        fmt::format("{:.0f} halts/s{}", t.halt_rate(),
                                    swept_ ? fmt::format(", last sweep {} ticks ago", ticks_since_sweep_)
                                           : std::string(", not swept yet")));
-  if (!swept_ && current_ > ladder_.front() && t.halt_rate() < params_.grow_halts_per_second)
+  if (!swept_ && current_ > ladder_.front() && !busy)
     return move(std::move(d), Action::shrink, ladder_.front(),
-                fmt::format("{:.0f} halts/s (< {:.0f}/s): nothing for polling to win, down to {} ns until halts "
-                            "are frequent",
-                            t.halt_rate(), params_.grow_halts_per_second, ladder_.front()));
+                fmt::format("{:.0f} wake-ups/s, {:.0f} halts/s (< {:.0f}/s): nothing for polling to win, down to {} "
+                            "ns until halts are frequent",
+                            t.wake_rate(), t.halt_rate(), params_.grow_halts_per_second, ladder_.front()));
   if (periods_ && current_ > ladder_.front() && shrink_block_ticks_ == 0 && t.cpus > 0) {
     // The steady-state model over the live histogram: the lowest rung that keeps 99 % of the
     // hits at a point less poll CPU per CPU is tried, then confirmed by the counters.

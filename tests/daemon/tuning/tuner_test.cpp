@@ -434,12 +434,16 @@ TEST_CASE("model: balanced drives the closed-loop pipe to within 1.15 x of the b
     double best = 1e9;
     for (std::uint32_t ns : {0u, 25000u, 50000u, 100000u, 200000u, 400000u})
       best = std::min(best, run_static(LoadModel::pipe_closed(), ns).us_per_op);
-    const auto r = run_loop(LoadModel::pipe_closed(), TunerParams{}, 0, 60, 40, ebpf);
-    INFO("ebpf " << ebpf << ": best static " << best << " us/op; balanced " << r.us_per_op << " us/op at "
-                 << r.final_ns << " ns");
-    CHECK(r.final_ns >= 25000);
-    CHECK(r.us_per_op <= 1.15 * best);
-    CHECK(r.changes_in_tail == 0);
+    // From 0, and from the kernel's default 200000 where the loop already polls and rarely halts
+    // (a busy guest is swept, not sent to the bottom as an idle one would be).
+    for (std::uint32_t start : {0u, 200000u}) {
+      const auto r = run_loop(LoadModel::pipe_closed(), TunerParams{}, start, 60, 40, ebpf);
+      INFO("ebpf " << ebpf << ", start " << start << ": best static " << best << " us/op; balanced " << r.us_per_op
+                   << " us/op at " << r.final_ns << " ns");
+      CHECK(r.final_ns >= 25000);
+      CHECK(r.us_per_op <= 1.15 * best);
+      CHECK(r.changes_in_tail == 0);
+    }
   }
 }
 
