@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages haltpolld needs that are missing. Idempotent; silent when
 # everything is present. Usage: scripts/install-deps.sh [--arm64] [--extra]
 #   --arm64  also the arm64 cross toolchain, qemu-user and the :arm64 -dev libraries (multiarch)
-#   --extra  also the tools of the optional checks (clang for fuzzing, liburcu, gnuplot)
+#   --extra  also the tools of the optional checks (clang for fuzzing, liburcu, gnuplot, perf for
+#            scripts/eval-kernel.sh)
 set -euo pipefail
 
 want_arm64=0 want_extra=0
@@ -16,9 +17,10 @@ done
 
 # Host build, tests and benchmarks. liburcu-dev is the baseline bench_hazard compares against;
 # systemd gives systemd-analyze for the unit checks; util-linux gives setpriv for permission tests;
-# spin model-checks the Parker (tests/model/parker.pml, a unit test).
+# spin model-checks the Parker (tests/model/parker.pml, a unit test); xz-utils decompresses the real
+# guest's idle traces for the tuner's replay tests (tests/data/real-guest/*.idle.txt.xz).
 pkgs=(cmake make g++ pkg-config libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
-      catch2 libsystemd-dev liburcu-dev systemd util-linux procps spin)
+      catch2 libsystemd-dev liburcu-dev systemd util-linux procps spin xz-utils)
 if [ "$want_arm64" = 1 ]; then
   # Multiarch: the arm64 builds of the compiled libraries come from Debian's own :arm64 packages,
   # so no x86 library can end up in an arm64 link. Header-only packages (Boost, nlohmann-json,
@@ -27,7 +29,7 @@ if [ "$want_arm64" = 1 ]; then
          libsystemd-dev:arm64 libboost-dev:arm64 liburcu-dev:arm64)
 fi
 if [ "$want_extra" = 1 ]; then
-  pkgs+=(clang libclang-rt-14-dev gnuplot-nox)
+  pkgs+=(clang libclang-rt-14-dev gnuplot-nox linux-perf)
 fi
 
 missing=()
