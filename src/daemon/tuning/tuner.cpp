@@ -382,9 +382,12 @@ std::optional<std::string> Tuner::load_changed(const RungMeasurement& t) {
   };
   check("wake-ups", t.wake_rate(), s.wake_rate());
   check("halts", t.halt_rate(), s.halt_rate());
+  // Poll CPU alone: 5 points and the factor (a limit that the governor resets below grow_start
+  // makes a steady load's poll share wander by a third).
   const double dcpu = std::abs(t.mean_poll_cpu_percent() - s.mean_poll_cpu_percent());
-  if (dcpu > 5 && what.empty()) {
-    worst = dcpu > 10 ? 2 * f : f + 1e-9;
+  const double rcpu = factor_between(t.mean_poll_cpu_percent(), s.mean_poll_cpu_percent());
+  if (dcpu > 5 && rcpu > f && what.empty()) {
+    worst = rcpu;
     what = fmt::format("poll CPU {:.1f}% -> {:.1f}%/CPU", s.mean_poll_cpu_percent(), t.mean_poll_cpu_percent());
   }
   if (what.empty()) {

@@ -76,7 +76,7 @@ struct TunerParams {
   // A wake-rate rise smaller than this (fraction) is noise, not a closed loop speeding up.
   double closed_loop_min_gain = 0.15;
   // Signature change that counts as a new load: a factor on the wake or halt rate (above an
-  // absolute 300/s), or poll CPU moving by 5 points; twice the factor acts at once, else it must
+  // absolute 300/s), or on poll CPU (above 5 points); twice the factor acts at once, else it must
   // show on two ticks in a row.
   double load_change_factor = 1.5;
   // A steady load with frequent halts is swept again after this many ticks (10 min at 1 s).

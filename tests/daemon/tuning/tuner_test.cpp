@@ -467,3 +467,4 @@ TEST_CASE("model: an idle guest polls at most 0.5 % under balanced") {
   CHECK(r.poll_cpu <= 0.5);
   CHECK(r.final_ns == 0);
 }
+
