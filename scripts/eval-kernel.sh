@@ -1,276 +1,350 @@
 #!/usr/bin/env bash
-# Kernel-mode evaluation (docs/tuning.md, docs/performance.md "Kernel mode").
+# Kernel-mode evaluation on a real haltpoll guest (docs/tuning.md, docs/performance.md "Kernel mode").
 #
-# Runs the evaluation loads on this guest with guest_halt_poll_ns = 0, 50000 and 200000 (the REAL
-# /sys/module/haltpoll/parameters, restored on exit by a trap), the closed-loop tuner simulation,
-# the daemon on the idle guest (its own CPU, the tuner's decisions), the restore-after-SIGKILL
-# integration test on the real files, and draws a PNG with gnuplot.
+# 1. The static ladder (guest_halt_poll_ns = 0 ... 400000) and haltpolld's balanced, budget and
+#    latency policies (the daemon in kernel mode, its own state directory and socket under a
+#    temporary directory), each on `perf bench sched pipe`, bench_load_rr (closed-loop
+#    request/response), the 150 µs timer, Poisson 2000/s and the idle guest; ROUNDS interleaved
+#    rounds. Poll CPU is the POLL-state residency per CPU over each run.
+# 2. One load-change run under balanced: pipe → timer → load_rr → idle, CHANGE_SECONDS each, in
+#    1 s chunks, with the daemon's value, the poll CPU and the load's latency per chunk, and the
+#    daemon's decisions; drawn as a PNG with gnuplot.
+# 3. kill -9 of a daemon that changed the values, a restart with the same state directory, and a
+#    check that the values found are back before its first tick.
+# It writes the REAL /sys/module/haltpoll/parameters: it holds /tmp/haltpoll-real-sysfs.lock for its
+# whole run and puts back the values it FOUND (not the kernel defaults) in a trap, daemon or not.
 #
 # Usage: scripts/eval-kernel.sh [build_dir] [out_dir]
-#   build_dir  a configured and built tree with bench_load_{pipe,timer,poisson}, bench_tuner_sim,
-#              haltpolld and test_actuator (default build/release)
+#   build_dir  a built tree with haltpolld and bench_load_{rr,timer,poisson} (default build/release)
 #   out_dir    where results go (default <build_dir>/eval-kernel)
-# Env: ROUNDS (default 3), PIPE_LOOPS (100000), LOAD_SECONDS (3), IDLE_SECONDS (60).
-# Needs root (it writes sysfs), perf (linux-perf) for `perf bench sched pipe` if available, gnuplot.
+# Env: ROUNDS (2), PIPE_LOOPS (50000), LOAD_SECONDS (3), WARM_SECONDS (8: the daemon's time to
+#      settle on a load before it is measured), CHANGE_SECONDS (20), SETTINGS (all), LOADS (all),
+#      SKIP_CHANGE=1, SKIP_KILL=1, RR_ARGS ("-w 20 -t 10").
+# Needs root, perf (linux-perf) for the pipe, python3, gnuplot for the plot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${1:-build/release}"
 OUT="${2:-$BUILD/eval-kernel}"
-ROUNDS="${ROUNDS:-3}"
-PIPE_LOOPS="${PIPE_LOOPS:-100000}"
+ROUNDS="${ROUNDS:-2}"
+PIPE_LOOPS="${PIPE_LOOPS:-50000}"
 LOAD_SECONDS="${LOAD_SECONDS:-3}"
-IDLE_SECONDS="${IDLE_SECONDS:-60}"
+WARM_SECONDS="${WARM_SECONDS:-8}"
+CHANGE_SECONDS="${CHANGE_SECONDS:-20}"
+RR_ARGS="${RR_ARGS:--w 20 -t 10}"
+# static_<ns>_gs: the cap with guest_halt_poll_grow_start = ns / 2 (does a small cap keep polling?).
+SETTINGS="${SETTINGS:-static_0 static_10000 static_20000 static_30000 static_50000 static_100000 static_200000 static_400000 static_20000_gs static_30000_gs balanced budget latency}"
+LOADS="${LOADS:-pipe rr timer poisson idle}"
 P=/sys/module/haltpoll/parameters
 NAMES=(guest_halt_poll_ns guest_halt_poll_grow guest_halt_poll_grow_start guest_halt_poll_shrink
        guest_halt_poll_allow_shrink)
-# The values this guest must be left with (the kernel defaults).
-declare -A DOC=([guest_halt_poll_ns]=200000 [guest_halt_poll_grow]=2 [guest_halt_poll_grow_start]=50000
-                [guest_halt_poll_shrink]=2 [guest_halt_poll_allow_shrink]=Y)
 
 [ "$(id -u)" = 0 ] || { echo "eval-kernel: needs root (writes $P)" >&2; exit 1; }
 [ -d "$P" ] || { echo "eval-kernel: $P does not exist" >&2; exit 1; }
+DAEMON="$BUILD/src/daemon/haltpolld"
+B="$BUILD/bench"
+for bin in "$DAEMON" "$B/bench_load_rr" "$B/bench_load_timer" "$B/bench_load_poisson"; do
+  [ -x "$bin" ] || { echo "eval-kernel: $bin missing; build haltpolld and the bench_load_* targets" >&2; exit 1; }
+done
+command -v perf >/dev/null || { echo "eval-kernel: perf (linux-perf) missing" >&2; exit 1; }
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
-for n in "${NAMES[@]}"; do
-  v="$(cat "$P/$n")"
-  [ "$v" = "${DOC[$n]}" ] || echo "eval-kernel: warning: $n is $v before the run (restoring to ${DOC[$n]} at exit)" >&2
-done
+
+# Every writer of the real parameters holds this lock for its whole run (helper rules).
+exec 9>/tmp/haltpoll-real-sysfs.lock
+flock 9
+declare -A FOUND
+for n in "${NAMES[@]}"; do FOUND[$n]="$(cat "$P/$n")"; done
+echo "eval-kernel: found $(for n in "${NAMES[@]}"; do printf '%s=%s ' "$n" "${FOUND[$n]}"; done)" >&2
 
 DAEMON_PID=""
 TMP="$(mktemp -d /tmp/haltpolld-eval-XXXXXX)"
+stop_daemon() {
+  if [ -n "$DAEMON_PID" ]; then
+    kill "$DAEMON_PID" 2>/dev/null || true
+    wait "$DAEMON_PID" 2>/dev/null || true
+    DAEMON_PID=""
+  fi
+}
+put_back() { for n in "${NAMES[@]}"; do echo "${FOUND[$n]}" > "$P/$n" || true; done; }
 restore() {
   local rc=$?
-  [ -n "$DAEMON_PID" ] && kill "$DAEMON_PID" 2>/dev/null && wait "$DAEMON_PID" 2>/dev/null || true
-  for n in "${NAMES[@]}"; do echo "${DOC[$n]}" > "$P/$n" || true; done
+  stop_daemon
+  put_back
   local bad=0
   for n in "${NAMES[@]}"; do
-    if [ "$(cat "$P/$n")" != "${DOC[$n]}" ]; then echo "eval-kernel: $n NOT restored" >&2; bad=1; fi
+    if [ "$(cat "$P/$n")" != "${FOUND[$n]}" ]; then echo "eval-kernel: $n NOT restored" >&2; bad=1; fi
   done
-  [ $bad = 0 ] && echo "eval-kernel: haltpoll parameters restored: $(for n in "${NAMES[@]}"; do printf '%s=%s ' "$n" "$(cat "$P/$n")"; done)" >&2
+  [ $bad = 0 ] && echo "eval-kernel: haltpoll parameters restored to the values found: $(for n in "${NAMES[@]}"; do printf '%s=%s ' "$n" "$(cat "$P/$n")"; done)" >&2
   rm -rf "$TMP"
   exit $rc
 }
 trap restore EXIT INT TERM
 
-B="$BUILD/bench"
-for bin in "$B/bench_load_pipe" "$B/bench_load_timer" "$B/bench_load_poisson"; do
-  [ -x "$bin" ] || { echo "eval-kernel: $bin missing; build the bench targets first" >&2; exit 1; }
-done
-
-# ---- environment ----
 CPUIDLE=/sys/devices/system/cpu/cpuidle
+NCPU=$(nproc)
 {
-  echo "{\"kernel\":\"$(uname -r)\",\"cpus\":$(nproc),"
+  echo "{\"kernel\":\"$(uname -r)\",\"cpus\":$NCPU,"
   echo "\"cpuidle_driver\":\"$(cat $CPUIDLE/current_driver 2>/dev/null || echo unreadable)\","
   echo "\"cpuidle_governor\":\"$(cat $CPUIDLE/current_governor 2>/dev/null || cat $CPUIDLE/current_governor_ro 2>/dev/null || echo unreadable)\","
-  echo "\"cpuidle_states_cpu0\":$( [ -d /sys/devices/system/cpu/cpu0/cpuidle ] && echo true || echo false),"
-  echo "\"perf\":$(command -v perf >/dev/null && perf bench sched pipe -l 10 >/dev/null 2>&1 && echo true || echo false),"
   echo "\"cpu_model\":\"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')\","
+  echo "\"loadavg_at_start\":\"$(cut -d' ' -f1-3 /proc/loadavg)\","
   echo "\"date\":\"$(date -u +%FT%TZ)\"}"
 } > "$OUT/env.json"
 echo "eval-kernel: $(tr -d '\n' < "$OUT/env.json")" >&2
-HAVE_POLL_CPU=0
-[ -d /sys/devices/system/cpu/cpu0/cpuidle ] && HAVE_POLL_CPU=1
 
-# Total POLL-state time of all CPUs in µs (0 when there are no cpuidle states).
+# Per-CPU POLL-state time in µs, "t0 t1 ..." (cpuidle state names; POLL is the polling state).
 poll_us() {
-  local sum=0 d
-  for d in /sys/devices/system/cpu/cpu[0-9]*/cpuidle/state*; do
-    [ -f "$d/name" ] || continue
-    [ "$(cat "$d/name")" = POLL ] && sum=$((sum + $(cat "$d/time")))
+  local c d out=""
+  for c in /sys/devices/system/cpu/cpu[0-9]*; do
+    [ -d "$c/cpuidle" ] || continue
+    for d in "$c"/cpuidle/state*; do
+      [ "$(cat "$d/name")" = POLL ] && out="$out $(cat "$d/time")"
+    done
   done
-  echo $sum
+  echo "$out"
 }
-# Busy jiffies (everything but idle and iowait) over all CPUs, from /proc/stat.
-busy_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
 now_ns() { date +%s%N; }
-
-# run_load <setting> <round> <name> <command...>: one JSON line with the load's output and the poll
-# CPU (% of one CPU, summed over CPUs; null without cpuidle states) and system busy share around it.
-run_load() {
-  local setting=$1 round=$2 name=$3; shift 3
-  local p0 b0 t0 out p1 b1 t1
-  p0=$(poll_us); b0=$(busy_jiffies); t0=$(now_ns)
-  out="$("$@" 2>/dev/null | tail -n 5)"
-  p1=$(poll_us); b1=$(busy_jiffies); t1=$(now_ns)
-  python3 - "$setting" "$round" "$name" "$out" "$p0" "$p1" "$b0" "$b1" "$t0" "$t1" "$HAVE_POLL_CPU" "$(nproc)" <<'PY'
-import json, re, sys
-setting, rnd, name, out, p0, p1, b0, b1, t0, t1, have, ncpu = sys.argv[1:]
-secs = (int(t1) - int(t0)) / 1e9
-row = {"setting": setting, "round": int(rnd), "load": name, "seconds": round(secs, 3)}
-if name == "perf_pipe":
-    m = re.search(r"([0-9.]+) usecs/op", out)
-    row["us_per_op"] = float(m.group(1)) if m else None
-else:
-    row.update(json.loads(out.strip().splitlines()[-1]))
-row["poll_cpu_percent"] = (int(p1) - int(p0)) / 1e4 / secs if have == "1" else None
-row["system_busy_percent_of_all_cpus"] = round((int(b1) - int(b0)) / 100.0 / secs / int(ncpu) * 100, 1)
-print(json.dumps(row))
-PY
-}
-
-# ---- loads × settings, interleaved rounds so that drift on the shared host hits every setting ----
-: > "$OUT/loads.jsonl"
-for round in $(seq 1 "$ROUNDS"); do
-  for ns in 0 50000 200000; do
-    echo "$ns" > "$P/guest_halt_poll_ns"
-    s="static_$ns"
-    echo "eval-kernel: round $round, guest_halt_poll_ns=$ns" >&2
-    if command -v perf >/dev/null; then
-      run_load "$s" "$round" perf_pipe perf bench sched pipe -l "$PIPE_LOOPS" >> "$OUT/loads.jsonl" || true
+# Idle jiffies of all CPUs (idle + iowait), from /proc/stat.
+idle_jiffies() { awk '/^cpu /{print $5+$6}' /proc/stat; }
+# wait_quiet: haltpoll only acts when a CPU goes idle, so a machine kept busy by others (compiles)
+# measures nothing. Waits up to QUIET_WAIT seconds for a second in which the CPUs are at least
+# QUIET_IDLE_PERCENT idle; proceeds anyway after that (each row records its idle share).
+QUIET_WAIT="${QUIET_WAIT:-120}"
+QUIET_IDLE_PERCENT="${QUIET_IDLE_PERCENT:-85}"
+HZ=$(getconf CLK_TCK)
+wait_quiet() {
+  local end=$(( $(date +%s) + QUIET_WAIT )) i0 i1
+  while :; do
+    i0=$(idle_jiffies); sleep 1; i1=$(idle_jiffies)
+    [ $(( (i1 - i0) * 100 )) -ge $(( QUIET_IDLE_PERCENT * HZ * NCPU )) ] && return 0
+    if [ "$(date +%s)" -ge "$end" ]; then
+      echo "eval-kernel: warning: CPUs only $(( (i1 - i0) * 100 / (HZ * NCPU) ))% idle after ${QUIET_WAIT}s of waiting; measuring anyway" >&2
+      return 0
     fi
-    run_load "$s" "$round" load_pipe "$B/bench_load_pipe" -l "$PIPE_LOOPS" >> "$OUT/loads.jsonl"
-    run_load "$s" "$round" load_timer "$B/bench_load_timer" -p 150 -d "$LOAD_SECONDS" >> "$OUT/loads.jsonl"
-    run_load "$s" "$round" load_poisson "$B/bench_load_poisson" -r 2000 -d "$LOAD_SECONDS" >> "$OUT/loads.jsonl"
   done
-done
-for n in "${NAMES[@]}"; do echo "${DOC[$n]}" > "$P/$n"; done
+}
+daemon_cpu_ticks() { [ -n "$DAEMON_PID" ] && awk '{print $14 + $15}' "/proc/$DAEMON_PID/stat" 2>/dev/null || echo 0; }
 
-# ---- closed-loop simulation of a haltpoll guest (the tuner's behaviour) ----
-if [ -x "$B/bench_tuner_sim" ]; then
-  "$B/bench_tuner_sim" 600 > "$OUT/tuner_sim.json"
-fi
-
-# ---- the daemon on the idle guest: its own CPU and what the tuner decides ----
-DAEMON="$BUILD/src/daemon/haltpolld"
-if [ -x "$DAEMON" ]; then
-  cat > "$TMP/haltpolld.json" <<JSON
-{ "mode": "kernel", "state_dir": "$TMP/state", "socket": { "path": "$TMP/io.haltpolld" },
-  "probe": { "rate_hz": 10 }, "tuner": { "policy": "balanced", "interval_ms": 1000 },
-  "log": { "level": "info" } }
-JSON
-  "$DAEMON" -c "$TMP/haltpolld.json" > "$OUT/daemon.log" 2>&1 &
-  DAEMON_PID=$!
-  sleep 2
-  if kill -0 "$DAEMON_PID" 2>/dev/null; then
-    read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$DAEMON_PID/stat")
-    t0=$(now_ns)
-    sleep "$IDLE_SECONDS"
-    read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$DAEMON_PID/stat")
-    t1=$(now_ns)
-    python3 - "$TMP/io.haltpolld" "$u0" "$s0" "$u1" "$s1" "$t0" "$t1" "$(getconf CLK_TCK)" > "$OUT/daemon_idle.json" <<'PY'
+cat > "$TMP/varlink.py" <<'PY'
 import json, socket, sys
-path, u0, s0, u1, s1, t0, t1, hz = sys.argv[1:]
-secs = (int(t1) - int(t0)) / 1e9
-cpu = (int(u1) + int(s1) - int(u0) - int(s0)) / int(hz) / secs * 100
-def call(method, params=None):
+def call(path, method, params=None):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(5)
     s.connect(path)
     s.sendall(json.dumps({"method": method, "parameters": params or {}}).encode() + b"\0")
     buf = b""
     while not buf.endswith(b"\0"):
-        chunk = s.recv(65536)
+        chunk = s.recv(1 << 20)
         if not chunk:
             break
         buf += chunk
     s.close()
     return json.loads(buf.rstrip(b"\0"))
-out = {"seconds": round(secs, 1), "daemon_cpu_percent_of_one_cpu": round(cpu, 3)}
-try:
-    out["status"] = call("io.haltpolld.GetStatus").get("parameters")
-    out["decisions_tail"] = call("io.haltpolld.GetDecisions", {"limit": 5}).get("parameters")
-except Exception as e:  # the control server is another helper's; report, do not fail
-    out["status_error"] = str(e)
-print(json.dumps(out, indent=1))
+if __name__ == "__main__":
+    print(json.dumps(call(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]) if len(sys.argv) > 3 else None)))
 PY
-  fi
-  kill "$DAEMON_PID" 2>/dev/null || true
-  wait "$DAEMON_PID" 2>/dev/null || true
-  DAEMON_PID=""
-fi
+varlink() { python3 "$TMP/varlink.py" "$@"; }
 
-# ---- restore after SIGKILL on the real files (opt-in integration test) ----
-TEST_ACT="$BUILD/tests/daemon/test_actuator"
-if [ -x "$TEST_ACT" ]; then
-  t0=$(now_ns)
-  if HALTPOLL_REAL_SYSFS=1 "$TEST_ACT" "real sysfs: restore after SIGKILL (HALTPOLL_REAL_SYSFS=1)" > "$OUT/kill9.txt" 2>&1; then
-    echo "{\"restore_after_sigkill\":\"passed\",\"seconds\":$(( ($(now_ns) - t0) / 1000000 ))e-3}" > "$OUT/kill9.json"
+# start_daemon <policy> <tag>: kernel mode, private state and socket; waits for the socket.
+start_daemon() {
+  local policy=$1 tag=$2 extra=${3:-}
+  mkdir -p "$TMP/state-$tag"
+  cat > "$TMP/haltpolld-$tag.json" <<JSON
+{ "mode": "kernel", "sysfs_root": "/", "state_dir": "$TMP/state-$tag",
+  "socket": { "path": "$TMP/sock-$tag" },
+  "tuner": { "policy": "$policy" $extra }, "log": { "level": "info" } }
+JSON
+  "$DAEMON" -c "$TMP/haltpolld-$tag.json" > "$OUT/daemon-$tag.log" 2>&1 &
+  DAEMON_PID=$!
+  for _ in $(seq 100); do [ -S "$TMP/sock-$tag" ] && return 0; sleep 0.05; done
+  echo "eval-kernel: the daemon did not open its socket (see $OUT/daemon-$tag.log)" >&2
+  return 1
+}
+
+# load_cmd <load> <seconds>: the command line of a load running about that long (pipe: loops).
+load_cmd() {
+  case $1 in
+    pipe) echo "perf bench sched pipe -l ${3:-$PIPE_LOOPS}" ;;
+    rr) echo "$B/bench_load_rr -d $2 $RR_ARGS" ;;
+    timer) echo "$B/bench_load_timer -p 150 -d $2" ;;
+    poisson) echo "$B/bench_load_poisson -r 2000 -d $2" ;;
+    idle) echo "sleep $2" ;;
+  esac
+}
+
+# run_load <setting> <round> <load>: one JSON line: the load's result, poll CPU per CPU (mean and
+# busiest), the value in force before and after, the daemon's CPU.
+run_load() {
+  local setting=$1 round=$2 load=$3
+  local p0 p1 t0 t1 v0 v1 c0 c1 i0 i1 out
+  v0=$(cat "$P/guest_halt_poll_ns"); c0=$(daemon_cpu_ticks); p0=$(poll_us); i0=$(idle_jiffies); t0=$(now_ns)
+  out="$($(load_cmd "$load" "$LOAD_SECONDS") 2>/dev/null | tail -n 5 || true)"
+  t1=$(now_ns); i1=$(idle_jiffies); p1=$(poll_us); c1=$(daemon_cpu_ticks); v1=$(cat "$P/guest_halt_poll_ns")
+  python3 - "$setting" "$round" "$load" "$out" "$p0" "$p1" "$t0" "$t1" "$v0" "$v1" "$c0" "$c1" "$HZ" "$i0" "$i1" "$NCPU" <<'PY'
+import json, re, sys
+setting, rnd, load, out, p0, p1, t0, t1, v0, v1, c0, c1, hz, i0, i1, ncpu = sys.argv[1:]
+secs = (int(t1) - int(t0)) / 1e9
+row = {"setting": setting, "round": int(rnd), "load": load, "seconds": round(secs, 3),
+       "value_before": int(v0), "value_after": int(v1),
+       "idle_percent_of_all_cpus": round((int(i1) - int(i0)) / int(hz) / secs / int(ncpu) * 100, 1)}
+if load == "pipe":
+    m = re.search(r"([0-9.]+) usecs/op", out)
+    row["us_per_op"] = float(m.group(1)) if m else None
+elif load != "idle":
+    row.update(json.loads(out.strip().splitlines()[-1]))
+a, b = [int(x) for x in p0.split()], [int(x) for x in p1.split()]
+per = [(y - x) / 1e4 / secs for x, y in zip(a, b)]
+row["poll_cpu_percent_per_cpu"] = round(sum(per) / len(per), 3) if per else None
+row["poll_cpu_percent_busiest"] = round(max(per), 3) if per else None
+if setting in ("balanced", "budget", "latency"):
+    row["daemon_cpu_percent_of_one_cpu"] = round((int(c1) - int(c0)) / int(hz) / secs * 100, 3)
+print(json.dumps(row))
+PY
+}
+
+# warm <load>: run the load for WARM_SECONDS so that the daemon settles on it first.
+warm() {
+  local load=$1 end
+  end=$(( $(date +%s) + WARM_SECONDS ))
+  if [ "$load" = pipe ]; then
+    while [ "$(date +%s)" -lt "$end" ]; do perf bench sched pipe -l 20000 > /dev/null 2>&1 || true; done
   else
-    echo "{\"restore_after_sigkill\":\"FAILED\"}" > "$OUT/kill9.json"
+    $(load_cmd "$load" "$WARM_SECONDS") > /dev/null 2>&1 || true
   fi
+}
+
+# ---- 1. static ladder and policies × loads, interleaved rounds ----
+: > "$OUT/loads.jsonl"
+for round in $(seq 1 "$ROUNDS"); do
+  for s in $SETTINGS; do
+    put_back
+    case $s in
+      static_*)
+        ns=${s#static_}; ns=${ns%_gs}
+        echo "$ns" > "$P/guest_halt_poll_ns"
+        [ "$s" != "${s%_gs}" ] && echo $((ns / 2)) > "$P/guest_halt_poll_grow_start"
+        echo "eval-kernel: round $round, guest_halt_poll_ns=$ns grow_start=$(cat "$P/guest_halt_poll_grow_start")" >&2
+        for load in $LOADS; do wait_quiet; run_load "$s" "$round" "$load" >> "$OUT/loads.jsonl"; done
+        ;;
+      *)
+        echo "eval-kernel: round $round, haltpolld $s" >&2
+        start_daemon "$s" "$s-$round"
+        sleep 5  # idle CPUs: the daemon measures the halt-exit penalty
+        for load in $LOADS; do
+          wait_quiet
+          [ "$load" = idle ] && sleep "$WARM_SECONDS" || warm "$load"
+          run_load "$s" "$round" "$load" >> "$OUT/loads.jsonl"
+        done
+        varlink "$TMP/sock-$s-$round" io.haltpolld.GetDecisions '{"limit": 400}' > "$OUT/decisions-$s-$round.json" || true
+        varlink "$TMP/sock-$s-$round" io.haltpolld.GetStatus > "$OUT/status-$s-$round.json" || true
+        stop_daemon
+        ;;
+    esac
+  done
+done
+put_back
+
+# ---- 2. load-change run under balanced ----
+if [ "${SKIP_CHANGE:-0}" != 1 ]; then
+  echo "eval-kernel: load-change run (pipe, timer, load_rr, idle: ${CHANGE_SECONDS}s each)" >&2
+  wait_quiet
+  start_daemon balanced change
+  sleep 5
+  : > "$OUT/change.jsonl"
+  T0=$(now_ns)
+  for phase in pipe timer rr idle; do
+    pend=$(( $(now_ns) + CHANGE_SECONDS * 1000000000 ))
+    while [ "$(now_ns)" -lt "$pend" ]; do
+      p0=$(poll_us); t0=$(now_ns)
+      case $phase in
+        pipe) out="$(perf bench sched pipe -l 15000 2>/dev/null | tail -n 5)" ;;
+        timer) out="$("$B/bench_load_timer" -p 150 -d 1 2>/dev/null)" ;;
+        rr) out="$("$B/bench_load_rr" -d 1 $RR_ARGS 2>/dev/null)" ;;
+        idle) sleep 1; out="" ;;
+      esac
+      t1=$(now_ns); p1=$(poll_us)
+      python3 - "$phase" "$out" "$p0" "$p1" "$T0" "$t0" "$t1" "$(cat "$P/guest_halt_poll_ns")" >> "$OUT/change.jsonl" <<'PY'
+import json, re, sys
+phase, out, p0, p1, T0, t0, t1, value = sys.argv[1:]
+secs = (int(t1) - int(t0)) / 1e9
+a, b = [int(x) for x in p0.split()], [int(x) for x in p1.split()]
+per = [(y - x) / 1e4 / secs for x, y in zip(a, b)]
+row = {"phase": phase, "t_s": round((int(t1) - int(T0)) / 1e9, 2), "seconds": round(secs, 3),
+       "value_ns": int(value), "poll_cpu_percent_per_cpu": round(sum(per) / len(per), 3)}
+lat = None
+if phase == "pipe":
+    m = re.search(r"([0-9.]+) usecs/op", out)
+    lat = float(m.group(1)) if m else None
+elif phase == "timer" and out:
+    lat = json.loads(out.strip().splitlines()[-1])["late_p50_us"]
+elif phase == "rr" and out:
+    d = json.loads(out.strip().splitlines()[-1])
+    lat = d["rtt_p50_us"]
+    row["throughput_per_s"] = d["throughput_per_s"]
+row["latency_us"] = lat
+print(json.dumps(row))
+PY
+    done
+  done
+  varlink "$TMP/sock-change" io.haltpolld.GetDecisions '{"limit": 400}' > "$OUT/decisions-change.json" || true
+  echo "$T0" > "$OUT/change.t0_ns"
+  stop_daemon
+  put_back
 fi
 
-# ---- summary table and plot ----
-python3 - "$OUT" <<'PY'
-import json, statistics, sys, os
-out = sys.argv[1]
-rows = [json.loads(l) for l in open(os.path.join(out, "loads.jsonl")) if l.strip()]
-metric = {"perf_pipe": ("us_per_op", "us/op"), "load_pipe": ("us_per_op", "us/op"),
-          "load_timer": ("late_p50_us", "lateness p50 us"), "load_poisson": ("rtt_p50_us", "RTT p50 us")}
-extra = {"load_timer": ("late_p99_us", "p99"), "load_poisson": ("rtt_p99_us", "p99")}
-settings = ["static_0", "static_50000", "static_200000"]
-lines = ["| load | metric | " + " | ".join(s.replace("static_", "") for s in settings) + " |",
-         "|---|---|" + "---|" * len(settings)]
-plot = []
-for load, (key, label) in metric.items():
-    med = {}
-    for s in settings:
-        v = [r[key] for r in rows if r["load"] == load and r["setting"] == s and r.get(key) is not None]
-        med[s] = statistics.median(v) if v else None
-    if all(m is None for m in med.values()):
-        continue
-    lines.append(f"| {load} | {label} (median of rounds) | " +
-                 " | ".join("%.2f" % med[s] if med[s] is not None else "n/a" for s in settings) + " |")
-    plot.append((load, [med[s] for s in settings]))
-    if load in extra:
-        k2, l2 = extra[load]
-        m2 = []
-        for s in settings:
-            v = [r[k2] for r in rows if r["load"] == load and r["setting"] == s]
-            m2.append(statistics.median(v) if v else None)
-        lines.append(f"| {load} | {l2} us | " + " | ".join("%.2f" % m if m is not None else "n/a" for m in m2) + " |")
-pc = [r["poll_cpu_percent"] for r in rows]
-lines.append("| all | poll CPU % | " + " | ".join(
-    ("n/a (no cpuidle states)" if all(p is None for p in pc) else "see loads.jsonl") for _ in settings) + " |")
-open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
-with open(os.path.join(out, "measured.dat"), "w") as f:
-    f.write("setting " + " ".join(p[0] for p in plot) + "\n")
-    for i, s in enumerate(settings):
-        f.write(s.replace("static_", "") + " " + " ".join("%.3f" % p[1][i] if p[1][i] is not None else "NaN" for p in plot) + "\n")
-sim = os.path.join(out, "tuner_sim.json")
-if os.path.exists(sim):
-    d = json.load(open(sim))
-    with open(os.path.join(out, "sim.dat"), "w") as f:
-        for load in ["pipe", "timer_150us", "poisson", "idle"]:
-            for r in d["rows"]:
-                if r["load"] == load:
-                    f.write("%s %.3f %.3f %s\n" % (r["setting"], r["poll_cpu_percent"], r["p90_us"], load))
-            f.write("\n\n")
-    lines2 = ["| load | setting | poll CPU % (busiest CPU) | p50 us | p90 us | mean guest_halt_poll_ns |", "|---|---|---|---|---|---|"]
-    for r in d["rows"]:
-        lines2.append("| %s | %s | %.2f | %.2f | %.2f | %.0f |" % (r["load"], r["setting"], r["poll_cpu_percent"], r["p50_us"], r["p90_us"], r["mean_guest_halt_poll_ns"]))
-    open(os.path.join(out, "sim.md"), "w").write("\n".join(lines2) + "\n")
-print("\n".join(lines))
+# ---- 3. kill -9, restart with the same state directory: the found values are back before the first tick ----
+if [ "${SKIP_KILL:-0}" != 1 ]; then
+  echo "eval-kernel: kill -9 and restart" >&2
+  start_daemon static kill ', "interval_ms": 200'
+  # The static policy holds pool.guest_halt_poll_ns (200000): written on the first tick.
+  for _ in $(seq 50); do [ "$(cat "$P/guest_halt_poll_ns")" != "${FOUND[guest_halt_poll_ns]}" ] && break; sleep 0.1; done
+  written=$(cat "$P/guest_halt_poll_ns")
+  kill -9 "$DAEMON_PID"; wait "$DAEMON_PID" 2>/dev/null || true; DAEMON_PID=""
+  after_kill=$(cat "$P/guest_halt_poll_ns")
+  # Restart in observe mode with the same state directory: recovery happens in start(), before
+  # any tick, whatever the mode.
+  sed -i 's/"mode": "kernel"/"mode": "observe"/; s/"interval_ms": 200/"interval_ms": 60000/' "$TMP/haltpolld-kill.json"
+  "$DAEMON" -c "$TMP/haltpolld-kill.json" > "$OUT/daemon-kill-restart.log" 2>&1 &
+  DAEMON_PID=$!
+  for _ in $(seq 100); do [ -S "$TMP/sock-kill" ] && break; sleep 0.05; done
+  varlink "$TMP/sock-kill" io.haltpolld.GetStatus > "$TMP/kill-status.json" || echo '{}' > "$TMP/kill-status.json"
+  restarted=$(cat "$P/guest_halt_poll_ns")
+  stop_daemon
+  python3 - "$written" "$after_kill" "$restarted" "${FOUND[guest_halt_poll_ns]}" "$TMP/kill-status.json" > "$OUT/kill9.json" <<'PY'
+import json, sys
+written, after_kill, restarted, found, status = sys.argv[1:]
+st = (json.load(open(status)).get("parameters") or {}).get("controller") or {}
+ok = written != found and after_kill == written and restarted == found and st.get("ticks") == 0
+print(json.dumps({"found": int(found), "written_by_daemon": int(written), "after_kill_9": int(after_kill),
+                  "after_restart": int(restarted), "restart_ticks_at_check": st.get("ticks"),
+                  "recovery": (st.get("kernel") or {}).get("recovery"),
+                  "restore_after_sigkill": "passed" if ok else "FAILED"}))
 PY
+  cat "$OUT/kill9.json" >&2
+  put_back
+fi
 
-if command -v gnuplot >/dev/null; then
-  NCOL=$(head -1 "$OUT/measured.dat" | wc -w)
+# ---- summary, targets and plots ----
+python3 scripts/eval-kernel-report.py "$OUT"
+if command -v gnuplot >/dev/null && [ -s "$OUT/change.dat" ]; then
   gnuplot <<GP
-set terminal pngcairo size 1300,520 font ",10" noenhanced
-set output "$OUT/kernel-eval.png"
-set multiplot layout 1,2
-set title "This guest (cpuidle driver none): latency by guest_halt_poll_ns"
-set style data histograms
-set style histogram clustered gap 1
-set style fill solid 0.8 border -1
-set ylabel "us (median of rounds)"
-set xlabel "guest_halt_poll_ns"
-set key top left
-set key autotitle columnhead
-plot for [i=2:$NCOL] "$OUT/measured.dat" using i:xtic(1)
-set title "Simulated haltpoll guest (closed loop): p90 wake latency vs poll CPU"
-set style data points
-set xlabel "poll CPU, busiest vCPU (%)"
-set ylabel "p90 wake latency (us)"
+set terminal pngcairo size 1100,900 font ",10" noenhanced
+set output "$OUT/load-change.png"
+set multiplot layout 3,1 title "haltpolld balanced on a real haltpoll guest: pipe -> 150 us timer -> load_rr -> idle"
+set xlabel "s"
+set grid
 set key top right
-set xrange [-2:70]
-set key noautotitle
-set key top center
-plot for [b=0:3] "$OUT/sim.dat" index b using 2:3 with points pt 4+2*b ps 1.6 title word("pipe timer_150us poisson idle", b+1), \
-     for [b=0:2] "$OUT/sim.dat" index b using 2:3:(stringcolumn(1)) with labels left offset 1,(b-1)*0.9 font ",7" notitle
+set ylabel "guest_halt_poll_ns (us)"
+plot "$OUT/change.dat" using 1:2 with steps lw 2 title "value in force"
+set ylabel "poll CPU % per CPU"
+plot "$OUT/change.dat" using 1:3 with steps lw 2 title "poll CPU"
+set ylabel "us"
+set logscale y
+plot "$OUT/change.dat" using 1:(\$5==0?\$4:1/0) with points pt 7 title "pipe us/op", \
+     "" using 1:(\$5==1?\$4:1/0) with points pt 5 title "timer lateness p50", \
+     "" using 1:(\$5==2?\$4:1/0) with points pt 9 title "load_rr RTT p50"
 unset multiplot
 GP
-  echo "eval-kernel: plot $OUT/kernel-eval.png" >&2
+  echo "eval-kernel: plot $OUT/load-change.png" >&2
 fi
 echo "eval-kernel: results in $OUT" >&2

@@ -3,7 +3,7 @@
 # everything is present. Usage: scripts/install-deps.sh [--arm64] [--extra]
 #   --arm64  also the arm64 cross toolchain, qemu-user and the :arm64 -dev libraries (multiarch)
 #   --extra  also the tools of the optional checks (clang's sanitizer runtime for fuzzing, gnuplot:
-#            also for contrib/grafana/plot-panels.sh)
+#            also for contrib/grafana/plot-panels.sh and scripts/eval-kernel.sh's plots)
 set -euo pipefail
 
 want_arm64=0 want_extra=0

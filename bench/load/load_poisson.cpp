@@ -27,17 +27,8 @@
 namespace {
 
 using loadgen::cpu_seconds;
+using loadgen::full_io;
 using loadgen::now_ns;
-
-bool full_io(int fd, char* buf, std::size_t n, bool reading) {
-  std::size_t off = 0;
-  while (off < n) {
-    const ssize_t r = reading ? read(fd, buf + off, n - off) : write(fd, buf + off, n - off);
-    if (r <= 0) return false;
-    off += static_cast<std::size_t>(r);
-  }
-  return true;
-}
 
 void serve(int listen_fd, double work_us) {
   const int fd = accept(listen_fd, nullptr, nullptr);
@@ -65,16 +56,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::string path = "/tmp/haltpolld-load-poisson-" + std::to_string(getpid()) + ".sock";
-  const int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  unlink(path.c_str());
-  if (lfd < 0 || bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(lfd, 1) != 0) {
-    std::perror("listen");
-    return 1;
-  }
+  const int lfd = loadgen::listen_unix("load-poisson", addr);
+  if (lfd < 0) return 1;
   const pid_t server = fork();
   if (server == 0) serve(lfd, work_us);
   close(lfd);
@@ -84,7 +68,7 @@ int main(int argc, char** argv) {
     kill(server, SIGKILL);
     return 1;
   }
-  unlink(path.c_str());
+  unlink(addr.sun_path);
 
   std::mt19937_64 rng(12345);
   std::exponential_distribution<double> gap(rate);

@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
 
   benchutil::JsonArray rows;
   for (const LoadModel& load :
-       {LoadModel::pipe(), LoadModel::timer_150us(), LoadModel::poisson_server(), LoadModel::idle_guest()}) {
+       {LoadModel::pipe(), LoadModel::pipe_closed(), LoadModel::timer_150us(), LoadModel::poisson_server(),
+        LoadModel::idle_guest()}) {
     for (const auto& s : settings) {
       SimulatedGuest guest(load, 2, GuestModelParams{}, 99);
       Tuner tuner(s.params, s.start);
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
       int n = 0, changes = 0;
       for (int i = 0; i < ticks; ++i) {
         Observation o = guest.run(100'000'000, tuner.current_ns(), s.params.percentile);
+        // What the daemon's penalty measurement would find on this model: a halt wake minus a poll wake.
+        o.halt_exit_penalty_ns = GuestModelParams{}.miss_cost_ns - GuestModelParams{}.hit_cost_ns;
         Decision d = tuner.decide(o);
         if (d.changed()) ++changes;
         if (i >= ticks / 2) {

@@ -146,6 +146,8 @@ void visit_schema(V&& v) {
   v("/tuner/max_poll_cpu_percent", live, [](auto& c) -> auto& { return c.tuner.max_poll_cpu_percent; }, Number{0.0, 100.0});
   v("/tuner/min_ns", live, [](auto& c) -> auto& { return c.tuner.min_ns; }, Integer{0, kMaxWindowNs});
   v("/tuner/max_ns", live, [](auto& c) -> auto& { return c.tuner.max_ns; }, Integer{0, kMaxWindowNs});
+  v("/tuner/min_benefit_ratio", live, [](auto& c) -> auto& { return c.tuner.min_benefit_ratio; }, Number{0.0, 1000.0});
+  v("/tuner/manage_grow_start", live, [](auto& c) -> auto& { return c.tuner.manage_grow_start; }, Flag{});
   v("/metrics/textfile", live, [](auto& c) -> auto& { return c.metrics.textfile; }, Text{check_absolute_or_empty});
   v("/log/level", live, [](auto& c) -> auto& { return c.log.level; }, Choice{{"trace", "debug", "info", "warn", "error", "critical", "off"}});
   // clang-format on

@@ -155,6 +155,8 @@ ControllerOptions Daemon::Impl::controller_options(const Config& c) const {
   o.tuner.max_poll_cpu_percent = c.tuner.max_poll_cpu_percent;
   o.tuner.min_ns = static_cast<std::uint32_t>(c.tuner.min_ns);
   o.tuner.max_ns = static_cast<std::uint32_t>(c.tuner.max_ns);
+  o.tuner.min_benefit_ratio = c.tuner.min_benefit_ratio;
+  o.tuner.manage_grow_start = c.tuner.manage_grow_start;
   o.probe_rate_hz = c.probe.rate_hz;
   o.interval_ms = c.tuner.interval_ms;
   return o;

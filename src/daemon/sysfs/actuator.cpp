@@ -141,6 +141,15 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::set_poll_ns(std::uint32_t ns) {
   return r;
 }
 
+SysfsHaltpollParams::Result SysfsHaltpollParams::set_grow_start_ns(std::uint32_t ns) {
+  if (!saved_) {
+    Result s = save_originals();
+    if (!s.ok) return s;
+  }
+  if (auto cur = read("guest_halt_poll_grow_start"); cur && *cur == std::to_string(ns)) return {};
+  return write_param(params_dir(), "guest_halt_poll_grow_start", std::to_string(ns));
+}
+
 SysfsHaltpollParams::Result SysfsHaltpollParams::restore_values(const std::string& dir,
                                                                 const std::map<std::string, std::string>& values) const {
   Result all;

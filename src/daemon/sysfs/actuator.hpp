@@ -53,6 +53,10 @@ class SysfsHaltpollParams {
   // Saves the originals (first call only), then writes guest_halt_poll_ns when it differs.
   Result set_poll_ns(std::uint32_t ns);
 
+  // Saves the originals (first call only), then writes guest_halt_poll_grow_start when it differs
+  // (the tuner moves it with a small cap so that a shrink does not reset the limit to 0).
+  Result set_grow_start_ns(std::uint32_t ns);
+
   // Puts the saved originals back (only those that differ) and removes the state file.
   Result restore();
   bool has_saved_originals() const noexcept { return saved_.has_value(); }

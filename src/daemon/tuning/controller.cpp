@@ -35,16 +35,18 @@ nlohmann::json to_json(const TunerParams& p) {
           {"min_ns", p.min_ns},
           {"max_ns", p.max_ns},
           {"start_ns", p.start_ns},
-          {"max_grow_factor", p.max_grow_factor},
-          {"max_shrink_factor", p.max_shrink_factor},
-          {"max_step_ns", p.max_step_ns},
-          {"hysteresis", p.hysteresis},
-          {"settle_ticks", p.settle_ticks},
+          {"ladder_factor", p.ladder_factor},
           {"min_benefit_ratio", p.min_benefit_ratio},
-          {"min_relative_gain", p.min_relative_gain},
-          {"regrow_after_ticks", p.regrow_after_ticks},
-          {"probe_down_after_ticks", p.probe_down_after_ticks},
+          {"min_periods", p.min_periods},
+          {"max_dwell_ticks", p.max_dwell_ticks},
+          {"grow_halts_per_second", p.grow_halts_per_second},
+          {"closed_loop_min_gain", p.closed_loop_min_gain},
+          {"load_change_factor", p.load_change_factor},
+          {"resweep_after_ticks", p.resweep_after_ticks},
+          {"hysteresis", p.hysteresis},
           {"steal_backoff_percent", p.steal_backoff_percent},
+          {"manage_grow_start", p.manage_grow_start},
+          {"kernel_grow_start_ns", p.kernel_grow_start_ns},
           {"min_latency_samples", p.min_latency_samples}};
 }
 
@@ -138,6 +140,17 @@ void Controller::start() {
   } else if (t == Target::pool) {
     in_force = static_cast<std::uint32_t>(std::min<std::uint64_t>(pool_->window_cap_ns(), UINT32_MAX));
   }
+  // grow_start follows a small cap from the value this guest had (after any recovery above).
+  if (auto gs = actuator_->read("guest_halt_poll_grow_start")) {
+    try {
+      options_.tuner.kernel_grow_start_ns = static_cast<std::uint32_t>(std::stoul(*gs));
+      tuner_.set_params(options_.tuner);
+    } catch (const std::exception&) {
+      spdlog::warn("guest_halt_poll_grow_start reads '{}', not a number: grow_start stays unmanaged", *gs);
+      options_.tuner.manage_grow_start = false;
+      tuner_.set_params(options_.tuner);
+    }
+  }
   tuner_.reset(in_force);
   sensors_->sample(steady_ns());  // prime the deltas
   if (pool_) last_pool_ = pool_->counters();
@@ -188,7 +201,13 @@ Decision Controller::tick() {
     // At low probe rates one tick may hold too few samples to judge: carry them over (up to 5 ticks)
     // rather than let the tuner starve.
     haltpoll::LatencyHistogram& all = carried_probes_;
-    for (const auto& c : prober_->drain()) {
+    const std::vector<CpuProbes> drained = prober_->drain();
+    // The penalty is taken only while the CPUs are otherwise idle: few wake-ups, no polling.
+    const auto& k = obs.kernel;
+    const bool cpus_idle = k.available() && k.per_second(k.total_idle_periods()) <= 200.0 * k.cpus.size() &&
+                           obs.poll_cpu_percent.value_or(100) < 1.0;
+    penalty_.add(drained, cpus_idle, steady_ns());
+    for (const auto& c : drained) {
       all.merge(c.poll_hit);
       all.merge(c.park_path);
       obs.probes.poll_hits += c.poll_hit.count();
@@ -213,6 +232,12 @@ Decision Controller::tick() {
       carried_ticks_ = 0;
     }
   }
+
+  if (auto p = penalty_.penalty_ns()) {
+    obs.halt_exit_penalty_ns = p;
+    obs.penalty_age_s = static_cast<double>(steady_ns() - *penalty_.measured_at_ns()) / 1e9;
+  }
+  obs.penalty_source = penalty_.source();
 
   // The value in force: what the kernel or the pool really has; in observe mode the tuner's own.
   if (t == Target::kernel) {
@@ -242,6 +267,16 @@ Decision Controller::tick() {
       d.applied_pool = true;
     }
   }
+  if (d.grow_start_ns && t == Target::kernel && degraded_reason_.empty()) {
+    auto r = actuator_->set_grow_start_ns(*d.grow_start_ns);
+    if (r.ok) {
+      d.applied_grow_start = true;
+    } else {
+      degraded_reason_ = r.message;
+      d.reason += "; grow_start not applied: " + r.message + " (degraded to observe)";
+      spdlog::error("kernel mode degraded to observe: {}", r.message);
+    }
+  }
   last_obs_ = obs;
 
   nlohmann::json e = {{"tick", d.tick},
@@ -256,7 +291,11 @@ Decision Controller::tick() {
                       {"latency_samples", obs.latency_samples},
                       {"steal_percent", opt(d.steal_percent)},
                       {"applied_kernel", d.applied_kernel},
-                      {"applied_pool", d.applied_pool}};
+                      {"applied_pool", d.applied_pool},
+                      {"grow_start_ns", d.grow_start_ns ? nlohmann::json(*d.grow_start_ns) : nlohmann::json(nullptr)},
+                      {"applied_grow_start", d.applied_grow_start},
+                      {"tuner_phase", std::string(tuner_.phase())},
+                      {"halt_exit_penalty_ns", opt(obs.halt_exit_penalty_ns)}};
   log_.push_back(std::move(e));
   while (log_.size() > std::max<std::size_t>(options_.decision_log_size, 1)) log_.pop_front();
   if (d.changed()) spdlog::info("tuner: {} -> {} ns: {}", d.previous_ns, d.guest_halt_poll_ns, d.reason);
@@ -284,6 +323,7 @@ void Controller::update(const ControllerOptions& options) {
   std::lock_guard lock(mu_);
   const ControllerOptions old = options_;
   options_ = options;
+  options_.tuner.kernel_grow_start_ns = old.tuner.kernel_grow_start_ns;  // learnt at start(), not configured
   const bool edges_changed = old.sysfs_root != options.sysfs_root || old.state_dir != options.state_dir ||
                              old.cpus != options.cpus;
   if (edges_changed || (old.kernel_mode && !options.kernel_mode)) restore_locked();
@@ -297,7 +337,7 @@ void Controller::update(const ControllerOptions& options) {
   }
   degraded_reason_.clear();  // a reload is the way to retry kernel mode after a failed write
   detect_locked();
-  if (!(old.tuner == options.tuner)) tuner_.set_params(options.tuner);
+  if (!(old.tuner == options_.tuner)) tuner_.set_params(options_.tuner);
   if (started_ && (edges_changed || old.probe_rate_hz != options.probe_rate_hz)) start_prober();
 }
 
@@ -351,7 +391,26 @@ nlohmann::json Controller::status() const {
                  {"degraded_reason",
                   degraded_reason_.empty() ? nlohmann::json(nullptr) : nlohmann::json(degraded_reason_)},
                  {"recovery", recovery_message_.empty() ? nlohmann::json(nullptr) : nlohmann::json(recovery_message_)}};
+  nlohmann::json sweep = nlohmann::json::array();
+  for (const auto& r : tuner_.sweep_measurements())
+    sweep.push_back({{"ns", r.ns},
+                     {"ticks", r.ticks},
+                     {"wake_ups_per_second", r.wake_rate()},
+                     {"halts_per_second", r.halt_rate()},
+                     {"poll_hits_per_second", r.per_s(r.hits)},
+                     {"ipi_skipped_per_second", r.ipi_skipped ? nlohmann::json(r.per_s(*r.ipi_skipped)) : nlohmann::json(nullptr)},
+                     {"mean_poll_cpu_percent", r.mean_poll_cpu_percent()},
+                     {"max_poll_cpu_percent", r.max_poll_cpu_percent()}});
+  nlohmann::json penalty = {{"ns", opt(penalty_.penalty_ns())},
+                            {"age_s", penalty_.measured_at_ns()
+                                          ? nlohmann::json(static_cast<double>(steady_ns() - *penalty_.measured_at_ns()) / 1e9)
+                                          : nlohmann::json(nullptr)},
+                            {"source", penalty_.source()}};
   s["tuner"] = {{"current_ns", tuner_.current_ns()},
+                {"phase", std::string(tuner_.phase())},
+                {"ladder_ns", tuner_.ladder()},
+                {"last_sweep", sweep},
+                {"halt_exit_penalty", penalty},
                 {"growth_ceiling_ns",
                  tuner_.growth_ceiling_ns() ? nlohmann::json(*tuner_.growth_ceiling_ns()) : nlohmann::json(nullptr)},
                 {"params", to_json(tuner_.params())}};

@@ -1,4 +1,7 @@
-// Controller: the daemon's sensor → tuner → actuator loop, one step per tick().
+// Controller: the daemon's sensor → tuner → actuator loop, one step per tick(). It also measures
+// the halt-exit penalty the tuner prices halts with (HaltExitPenalty, from the probes on ticks
+// when the CPUs are otherwise idle) and, with tuner.manage_grow_start, writes the tuner's
+// guest_halt_poll_grow_start next to the cap.
 // start() first puts back the haltpoll parameters left behind by a run that was killed (a state
 // file in `state_dir`), then detects whether kernel mode can work here and why not; the first write
 // to sysfs is preceded by saving the originals. Each tick reads the cpuidle and steal sensors, the
@@ -86,6 +89,7 @@ class Controller {
   std::unique_ptr<Sensors> sensors_;
   std::unique_ptr<SysfsHaltpollParams> actuator_;
   std::unique_ptr<Prober> prober_;
+  HaltExitPenalty penalty_;
   Tuner tuner_;
 
   bool started_ = false;

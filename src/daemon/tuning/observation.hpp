@@ -137,6 +137,13 @@ struct Observation {
   std::string cpu_source;
   std::string latency_source;
 
+  // The halt-exit penalty measured on this guest (Controller: park-path minus poll-hit wake
+  // latency of the daemon's own workers on otherwise idle CPUs), its age and how it was taken;
+  // empty until measured. The tuner prices the halts a setting avoids with it.
+  std::optional<double> halt_exit_penalty_ns;
+  std::optional<double> penalty_age_s;
+  std::string penalty_source;
+
   std::vector<CpuIdleDelta> cpuidle;  // empty when the guest has no cpuidle states
   // The kernel's signals of the tick, per CPU: the tuner's primary input.
   KernelSignals kernel;
@@ -150,6 +157,8 @@ struct Decision {
   Action action = Action::hold;
   std::uint32_t previous_ns = 0;
   std::uint32_t guest_halt_poll_ns = 0;  // the value to put in force (== previous_ns on hold)
+  // guest_halt_poll_grow_start to put in force with it (TunerParams::manage_grow_start), else empty.
+  std::optional<std::uint32_t> grow_start_ns;
   std::string reason;
 
   // The inputs the decision was made on, copied for the decision log.
@@ -160,6 +169,7 @@ struct Decision {
   // Filled in by the Controller: whether the value reached the kernel / the pool.
   bool applied_kernel = false;
   bool applied_pool = false;
+  bool applied_grow_start = false;
 
   bool changed() const noexcept { return guest_halt_poll_ns != previous_ns; }
 };

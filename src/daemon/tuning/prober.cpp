@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <random>
 
 namespace haltpolld {
@@ -122,6 +123,26 @@ std::vector<CpuProbes> Prober::drain() {
 std::vector<CpuProbes> Prober::totals() const {
   std::lock_guard lock(state_->mu);
   return state_->total;
+}
+
+void HaltExitPenalty::add(const std::vector<CpuProbes>& tick, bool cpus_idle, std::uint64_t now_ns) {
+  if (!cpus_idle) return;
+  for (const auto& c : tick) {
+    park_.merge(c.park_path);
+    hit_.merge(c.poll_hit);
+  }
+  if (park_.count() < kWindow) return;
+  const double park = park_.interpolated_percentile(0.5);
+  const bool have_hits = hit_.count() >= 8;
+  const double hit = have_hits ? hit_.interpolated_percentile(0.5) : 0.0;
+  penalty_ = std::max(0.0, park - hit);
+  at_ = now_ns;
+  source_ = have_hits ? "park-path minus poll-hit p50 of the daemon's probes on idle CPUs (" +
+                            std::to_string(park_.count()) + " + " + std::to_string(hit_.count()) + " samples)"
+                      : "park-path p50 of the daemon's probes on idle CPUs, no poll-hit samples to subtract: an "
+                        "upper bound (" + std::to_string(park_.count()) + " samples)";
+  park_.reset();
+  hit_.reset();
 }
 
 }  // namespace haltpolld

@@ -43,12 +43,15 @@ std::string validate(const TunerParams& p) {
   if (!(p.target_wake_latency_ns > 0)) return "target_wake_latency_ns must be > 0";
   if (!(p.max_poll_cpu_percent > 0 && p.max_poll_cpu_percent <= 100))
     return "max_poll_cpu_percent must be in (0, 100]";
-  if (!(p.max_grow_factor > 1)) return "max_grow_factor must be > 1";
-  if (!(p.max_shrink_factor > 1)) return "max_shrink_factor must be > 1";
-  if (p.max_step_ns == 0) return "max_step_ns must be > 0";
-  if (!(p.hysteresis >= 0 && p.hysteresis < 1)) return "hysteresis must be in [0, 1)";
-  if (!(p.min_relative_gain >= 0 && p.min_relative_gain < 1)) return "min_relative_gain must be in [0, 1)";
+  if (p.start_ns == 0) return "start_ns must be > 0";
+  if (!(p.ladder_factor >= 1.1 && p.ladder_factor <= 16)) return "ladder_factor must be in [1.1, 16]";
   if (!(p.min_benefit_ratio >= 0)) return "min_benefit_ratio must be >= 0";
+  if (p.min_periods == 0) return "min_periods must be > 0";
+  if (p.max_dwell_ticks == 0) return "max_dwell_ticks must be > 0";
+  if (!(p.grow_halts_per_second >= 0)) return "grow_halts_per_second must be >= 0";
+  if (!(p.closed_loop_min_gain >= 0)) return "closed_loop_min_gain must be >= 0";
+  if (!(p.load_change_factor > 1)) return "load_change_factor must be > 1";
+  if (!(p.hysteresis >= 0 && p.hysteresis < 1)) return "hysteresis must be in [0, 1)";
   if (!(p.steal_backoff_percent > 0)) return "steal_backoff_percent must be > 0";
   return {};
 }
@@ -61,51 +64,153 @@ std::string fmt_ns(double ns) {
   return fmt::format("{:.0f} ns", ns);
 }
 
-std::string fmt_pct(double p) { return fmt::format("{:.1f}%", p); }
+// max(a, b) / min(a, b), +inf when only one is zero.
+double factor_between(double a, double b) {
+  const double lo = std::min(a, b), hi = std::max(a, b);
+  if (lo > 0) return hi / lo;
+  return hi > 0 ? std::numeric_limits<double>::infinity() : 1.0;
+}
+
+// Idle periods at or below `cap` in a histogram: their count and summed length (bucket bounds).
+void add_periods(const haltpoll::LatencyHistogram& h, std::uint32_t cap, CapPrediction& p) {
+  h.for_each_bucket([&](std::uint64_t upper_ns, std::uint64_t count) {
+    const auto n = static_cast<double>(count);
+    if (upper_ns <= cap) {
+      p.hits += n;
+      p.poll_ns += n * static_cast<double>(upper_ns);
+    } else {
+      p.halts += n;
+      p.poll_ns += n * static_cast<double>(cap);
+    }
+  });
+}
 
 }  // namespace
 
+void RungMeasurement::add(const KernelSignals& k) {
+  ++ticks;
+  elapsed_ns += k.elapsed_ns;
+  cpus = static_cast<std::uint32_t>(k.cpus.size());
+  double busiest = 0;
+  cpu_halts.resize(std::max(cpu_halts.size(), k.cpus.size()));
+  cpu_halt_ns.resize(cpu_halts.size());
+  for (std::size_t i = 0; i < k.cpus.size(); ++i) {
+    const auto& c = k.cpus[i];
+    cpu_halts[i] += static_cast<double>(c.halts);
+    cpu_halt_ns[i] += static_cast<double>(c.halt_ns);
+    periods += static_cast<double>(c.idle_periods());
+    halts += static_cast<double>(c.halts);
+    hits += static_cast<double>(c.poll_hits);
+    halt_ns += static_cast<double>(c.halt_ns);
+    poll_ns += static_cast<double>(c.poll_ns);
+    busiest = std::max(busiest, k.poll_cpu_percent(c));
+  }
+  if (auto ipi = k.total_ipi_skipped()) ipi_skipped = ipi_skipped.value_or(0) + static_cast<double>(*ipi);
+  max_cpu_time += busiest * static_cast<double>(k.elapsed_ns);
+}
+
+double RungMeasurement::mean_halt_ns() const noexcept {
+  double best = 0;
+  for (std::size_t i = 0; i < cpu_halts.size(); ++i) {
+    if (cpu_halts[i] <= 0 || cpu_halts[i] < 0.1 * halts) continue;
+    const double m = cpu_halt_ns[i] / cpu_halts[i];
+    if (best == 0 || m < best) best = m;
+  }
+  return best > 0 ? best : (halts > 0 ? halt_ns / halts : 0);
+}
+
+CapPrediction predict_cap(const IdlePeriodHistograms& h, std::uint32_t cap_ns) {
+  CapPrediction p;
+  add_periods(h.poll_hit, cap_ns, p);
+  add_periods(h.poll_halt, cap_ns, p);
+  add_periods(h.halt, cap_ns, p);
+  return p;
+}
+
 Tuner::Tuner(TunerParams params, std::uint32_t initial_ns) : params_(params) { reset(initial_ns); }
+
+std::vector<std::uint32_t> Tuner::ladder() const {
+  std::vector<std::uint32_t> l{params_.min_ns};
+  for (double v = params_.start_ns; v < params_.max_ns; v *= params_.ladder_factor)
+    if (v > params_.min_ns) l.push_back(static_cast<std::uint32_t>(v));
+  if (params_.max_ns > params_.min_ns) l.push_back(params_.max_ns);
+  return l;
+}
 
 void Tuner::set_params(const TunerParams& params) {
   params_ = params;
-  pending_.reset();
-  ceiling_.reset();
-  ceiling_ticks_left_ = 0;
-  shrink_hold_ticks_ = 0;
+  reset(current_);
 }
 
 void Tuner::reset(std::uint32_t ns) {
   current_ = ns;
-  ticks_since_change_ = 0;
-  pending_.reset();
+  ladder_ = ladder();
+  phase_ = Phase::steady;
+  measured_.clear();
+  at_rung_.reset();
+  signature_.reset();
+  confirm_before_.reset();
+  ticks_since_sweep_ = 0;
+  swept_ = false;
+  change_streak_ = 0;
   ceiling_.reset();
-  ceiling_ticks_left_ = 0;
-  shrink_hold_ticks_ = 0;
+  shrink_block_ticks_ = 0;
+  growth_block_ticks_ = 0;
 }
 
-std::uint32_t Tuner::clamp(std::uint64_t ns) const noexcept {
-  return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(ns, params_.min_ns, params_.max_ns));
+std::string_view Tuner::phase() const noexcept {
+  switch (phase_) {
+    case Phase::steady: return "steady";
+    case Phase::sweep: return "sweep";
+    case Phase::confirm: return "confirm";
+  }
+  return "?";
 }
 
-std::uint32_t Tuner::grow_target() const noexcept {
-  if (current_ < params_.start_ns) return clamp(std::max(params_.start_ns, params_.min_ns));
-  const double by_factor = static_cast<double>(current_) * params_.max_grow_factor;
-  const double by_step = static_cast<double>(current_) + params_.max_step_ns;
-  return clamp(static_cast<std::uint64_t>(std::min({by_factor, by_step, 4.0e9})));
+std::optional<std::uint32_t> Tuner::grow_start_for(std::uint32_t ns) const noexcept {
+  if (!params_.manage_grow_start) return std::nullopt;
+  if (ns == 0) return params_.kernel_grow_start_ns;
+  return std::min(params_.kernel_grow_start_ns, std::max<std::uint32_t>(ns / 2, 1));
 }
 
-std::uint32_t Tuner::shrink_target(double factor) const noexcept {
-  const double f = std::clamp(factor, 1.0, params_.max_shrink_factor);
-  const double by_factor = static_cast<double>(current_) / f;
-  const double by_step = static_cast<double>(current_) - params_.max_step_ns;
-  auto t = static_cast<std::uint64_t>(std::max({by_factor, by_step, 0.0}));
-  if (t < params_.start_ns) t = params_.min_ns;
-  return clamp(t);
+std::uint32_t Tuner::rung_below(std::uint32_t ns) const {
+  std::uint32_t best = ladder_.front();
+  for (auto r : ladder_)
+    if (r < ns) best = r;
+  return best;
 }
 
-Decision Tuner::finish(Decision d, Action a, std::uint32_t to, std::string reason, StepKind kind) {
-  d.reason = std::move(reason);
+double Tuner::benefit(const RungMeasurement& r, const RungMeasurement& base) const noexcept {
+  const double penalty_s = penalty_ns_ ? *penalty_ns_ / 1e9 : 0.0;
+  double gain = base.wake_rate() > 0 ? r.wake_rate() / base.wake_rate() - 1.0 : 0.0;
+  if (gain < params_.closed_loop_min_gain) gain = 0;
+  return penalty_s * r.useful_rate() + gain;
+}
+
+double Tuner::net(const RungMeasurement& r, const RungMeasurement& base) const noexcept {
+  return benefit(r, base) - r.poll_cpus();
+}
+
+bool Tuner::acceptable(const RungMeasurement& r, const RungMeasurement& base) const noexcept {
+  if (r.ns == base.ns) return true;
+  const bool within = r.max_poll_cpu_percent() <= params_.max_poll_cpu_percent;
+  if (params_.policy == Policy::budget) return within;
+  return within || benefit(r, base) >= params_.min_benefit_ratio * r.poll_cpus();
+}
+
+std::string Tuner::describe(const RungMeasurement& r, const RungMeasurement& base) const {
+  std::string s = fmt::format("{} ns: {:.0f} wake-ups/s, {:.0f} halts/s, {:.0f} poll hits/s", r.ns, r.wake_rate(),
+                              r.halt_rate(), r.per_s(r.hits));
+  if (r.ipi_skipped) s += fmt::format(", {:.0f} IPI-skipped/s", r.per_s(*r.ipi_skipped));
+  s += fmt::format(", poll {:.1f}%/CPU (busiest {:.1f}%)", r.mean_poll_cpu_percent(), r.max_poll_cpu_percent());
+  if (r.ns != base.ns)
+    s += fmt::format(", benefit {:.3f} vs cost {:.3f} CPU-s/s", benefit(r, base), r.poll_cpus());
+  return s;
+}
+
+Decision Tuner::move(Decision d, Action a, std::uint32_t to, std::string reason) {
+  d.reason = prefix_ + reason;
+  d.grow_start_ns = grow_start_for(to);
   if (to == current_) {
     d.action = Action::hold;
     d.guest_halt_poll_ns = current_;
@@ -113,44 +218,239 @@ Decision Tuner::finish(Decision d, Action a, std::uint32_t to, std::string reaso
   }
   d.action = a;
   d.guest_halt_poll_ns = to;
-  if (kind != StepKind::none) pending_ = Step{current_, to, kind, mean_lat_, cpu_, total_cpu_};
-  else pending_.reset();
   current_ = to;
-  ticks_since_change_ = 0;
+  at_rung_.reset();
   return d;
 }
 
-Decision Tuner::grow_if_allowed(Decision d, std::string why) {
-  if (current_ >= params_.max_ns)
-    return finish(std::move(d), Action::hold, current_, why + fmt::format("; at max_ns {}", params_.max_ns));
-  const std::uint32_t to = grow_target();
-  if (ceiling_ && to >= *ceiling_)
-    return finish(std::move(d), Action::hold, current_,
-                  why + fmt::format("; growth frozen below {} ns for {} more ticks (it did not pay)", *ceiling_,
-                                    ceiling_ticks_left_));
-  return finish(std::move(d), Action::grow, to, why + fmt::format("; grow {} -> {} ns", current_, to),
-                StepKind::grow);
+std::optional<std::size_t> Tuner::next_rung(std::size_t after) const {
+  for (std::size_t i = after + 1; i < ladder_.size(); ++i) {
+    if (ceiling_ && ladder_[i] >= *ceiling_) return std::nullopt;
+    // With the idle-period histogram: a rung predicted to catch no more periods than the one
+    // below it changes nothing, open loop or closed (a closed loop speeds up only once some of its
+    // periods are caught). The top rung is always tried.
+    if (periods_ && i + 1 < ladder_.size()) {
+      const double total = predict_cap(*periods_, ladder_[i]).hits + predict_cap(*periods_, ladder_[i]).halts;
+      const double gained = predict_cap(*periods_, ladder_[i]).hits - predict_cap(*periods_, ladder_[i - 1]).hits;
+      if (total > 0 && gained < 0.02 * total) continue;
+    }
+    return i;
+  }
+  return std::nullopt;
 }
 
-namespace {
-
-// Latency saved per ns of polling: (latency difference × wakes per second) / (poll ns per second).
-// Empty when the wake rate is unknown; +inf when the poll time did not move (a free step).
-std::optional<double> benefit_ratio(double latency_delta_ns, std::optional<double> wakes_per_second,
-                                    std::optional<double> cpu_a, std::optional<double> cpu_b) {
-  if (!wakes_per_second || !cpu_a || !cpu_b) return std::nullopt;
-  const double poll_fraction = (*cpu_b - *cpu_a) / 100.0;  // CPUs' worth of polling added
-  if (poll_fraction <= 0.0005) return std::numeric_limits<double>::infinity();
-  return latency_delta_ns * *wakes_per_second / (poll_fraction * 1e9);
+Decision Tuner::start_sweep(Decision d, const KernelSignals& k, std::string why) {
+  phase_ = Phase::sweep;
+  measured_.clear();
+  sweep_index_ = 0;
+  ceiling_.reset();
+  change_streak_ = 0;
+  confirm_before_.reset();
+  ticks_since_sweep_ = 0;
+  if (current_ == ladder_.front()) {
+    // The tick just seen already ran at the bottom rung: it is the first tick of the baseline.
+    at_rung_ = RungMeasurement{};
+    at_rung_->ns = current_;
+    at_rung_->add(k);
+    prefix_ += why + "; ";
+    return continue_sweep(std::move(d));
+  }
+  return move(std::move(d), Action::shrink, ladder_.front(),
+              why + fmt::format("; sweep: baseline at {} ns first", ladder_.front()));
 }
 
-std::string fmt_ratio(std::optional<double> r) {
-  if (!r) return "benefit ratio unknown";
-  if (std::isinf(*r)) return "no extra polling";
-  return fmt::format("benefit ratio {:.2f}", *r);
+Decision Tuner::finish_sweep(Decision d, std::string prefix) {
+  const RungMeasurement& base = measured_.front();
+  const RungMeasurement* chosen = &base;
+  std::string how;
+  if (params_.policy == Policy::latency) {
+    auto lat = [&](const RungMeasurement& r) { return r.periods > 0 ? r.halts / r.periods : 1.0; };
+    if (penalty_ns_) {
+      const RungMeasurement* best = &base;
+      for (const auto& r : measured_) {
+        if (lat(r) * *penalty_ns_ <= params_.target_wake_latency_ns) {
+          best = &r;
+          break;
+        }
+        if (lat(r) < lat(*best)) best = &r;
+      }
+      chosen = best;
+      how = fmt::format("latency: halt-exit wait {} per wake-up (target {}, penalty {})",
+                        fmt_ns(lat(*chosen) * *penalty_ns_), fmt_ns(params_.target_wake_latency_ns),
+                        fmt_ns(*penalty_ns_));
+    } else {
+      for (const auto& r : measured_)
+        if (lat(r) < lat(*chosen) * 0.9) chosen = &r;
+      how = fmt::format("latency: no measured penalty yet, fewest halts per wake-up ({:.1f}%)", 100 * lat(*chosen));
+    }
+  } else {
+    double best = net(base, base);
+    for (const auto& r : measured_)
+      if (acceptable(r, base)) best = std::max(best, net(r, base));
+    const double slack = std::max(params_.hysteresis * std::abs(best), 0.005);
+    for (const auto& r : measured_) {
+      if (acceptable(r, base) && net(r, base) >= best - slack) {
+        chosen = &r;
+        break;  // measured_ is in increasing ns: the lowest near-best rung
+      }
+    }
+    how = fmt::format("{}: net benefit {:.3f} CPU-s/s (best {:.3f}, budget {:.1f}%/CPU{})", to_string(params_.policy),
+                      net(*chosen, base), best, params_.max_poll_cpu_percent,
+                      penalty_ns_ ? fmt::format(", penalty {}", fmt_ns(*penalty_ns_))
+                                  : std::string(", penalty not measured yet: closed-loop gain only"));
+  }
+  phase_ = Phase::steady;
+  swept_ = true;
+  ticks_since_sweep_ = 0;
+  signature_ = *chosen;
+  const std::uint32_t to = chosen->ns;
+  std::string reason = prefix + fmt::format("; sweep done over {} rungs, chose {} ns ({})", measured_.size(), to, how);
+  const Action a = to > current_ ? Action::grow : (to < current_ ? Action::shrink : Action::hold);
+  return move(std::move(d), a, to, std::move(reason));
 }
 
-}  // namespace
+Decision Tuner::continue_sweep(Decision d) {
+  const RungMeasurement& m = *at_rung_;
+  if (m.periods < static_cast<double>(params_.min_periods) && m.ticks < params_.max_dwell_ticks)
+    return move(std::move(d), Action::hold, current_,
+                fmt::format("sweep: measuring {} ns ({:.0f}/{} idle periods, tick {}/{})", current_,
+                                       m.periods, params_.min_periods, m.ticks, params_.max_dwell_ticks));
+  measured_.push_back(m);
+  const RungMeasurement& base = measured_.front();
+  std::string prefix = "sweep: " + describe(m, base);
+  std::optional<std::size_t> next;
+  std::string stop;
+  if (measured_.size() == 1) {
+    if (base.halt_rate() < params_.grow_halts_per_second) {
+      stop = fmt::format("halts rare ({:.0f}/s < {:.0f}/s): nothing to win", base.halt_rate(),
+                         params_.grow_halts_per_second);
+    } else {
+      // The kernel polls only once the cap exceeds the halted periods: rungs far below them
+      // cannot start polling (real-guest §2). Half the mean leaves room for the spread.
+      const double floor_ns = base.mean_halt_ns() / 2;
+      std::size_t i = sweep_index_;
+      while ((next = next_rung(i)) && ladder_[*next] < floor_ns && *next + 1 < ladder_.size()) i = *next;
+      if (!next) stop = "no rung left to try";
+      else if (ladder_[*next] < floor_ns)
+        next.reset(), stop = fmt::format("halted periods average {}, beyond the ladder", fmt_ns(base.mean_halt_ns()));
+    }
+  } else {
+    const RungMeasurement& prev = measured_[measured_.size() - 2];
+    const RungMeasurement* best = &base;
+    for (std::size_t i = 0; i + 1 < measured_.size(); ++i)
+      if (acceptable(measured_[i], base) && net(measured_[i], base) > net(*best, base)) best = &measured_[i];
+    const bool halts_rare = m.halt_rate() < params_.grow_halts_per_second / 2 || m.halts < 0.01 * m.periods;
+    if (params_.policy == Policy::budget && m.max_poll_cpu_percent() > params_.max_poll_cpu_percent) {
+      stop = fmt::format("busiest CPU polls {:.1f}% > budget {:.1f}%", m.max_poll_cpu_percent(),
+                         params_.max_poll_cpu_percent);
+    } else if (params_.policy == Policy::latency) {
+      if (penalty_ns_ && m.periods > 0 && m.halts / m.periods * *penalty_ns_ <= params_.target_wake_latency_ns)
+        stop = "meets the latency target";
+      else if (halts_rare && m.wake_rate() < prev.wake_rate() * 1.05)
+        stop = "halts rare and the wake rate stopped rising";
+    } else if (m.mean_poll_cpu_percent() - best->mean_poll_cpu_percent() >= 2 && net(m, base) <= net(*best, base) &&
+               m.wake_rate() < prev.wake_rate() * (1 + params_.closed_loop_min_gain)) {
+      // A closed loop that is still speeding up may pay one rung higher (its periods shrink once
+      // both sides poll); anything else that polls more without paying is the governor's trap or
+      // an open load.
+      stop = fmt::format("polls {:.1f} points more than {} ns without paying", m.mean_poll_cpu_percent() -
+                         best->mean_poll_cpu_percent(), best->ns);
+    } else if (halts_rare && m.wake_rate() < prev.wake_rate() * 1.05) {
+      stop = "halts rare and the wake rate stopped rising";
+    }
+    if (stop.empty()) {
+      next = next_rung(sweep_index_);
+      if (!next) stop = "top of the ladder";
+    }
+  }
+  if (!next) return finish_sweep(std::move(d), prefix + "; " + stop);
+  sweep_index_ = *next;
+  return move(std::move(d), Action::grow, ladder_[*next], prefix + fmt::format("; next rung {} ns", ladder_[*next]));
+}
+
+std::optional<std::string> Tuner::load_changed(const RungMeasurement& t) {
+  const RungMeasurement& s = *signature_;
+  const double f = params_.load_change_factor;
+  double worst = 1;
+  std::string what;
+  auto check = [&](const char* name, double a, double b) {
+    const double r = factor_between(a, b);
+    if (std::abs(a - b) > 300 && r > f && r > worst) {
+      worst = r;
+      what = fmt::format("{} {:.0f}/s -> {:.0f}/s", name, b, a);
+    }
+  };
+  check("wake-ups", t.wake_rate(), s.wake_rate());
+  check("halts", t.halt_rate(), s.halt_rate());
+  // Poll CPU alone: 5 points and the factor (a limit that the governor resets below grow_start
+  // makes a steady load's poll share wander by a third).
+  const double dcpu = std::abs(t.mean_poll_cpu_percent() - s.mean_poll_cpu_percent());
+  const double rcpu = factor_between(t.mean_poll_cpu_percent(), s.mean_poll_cpu_percent());
+  if (dcpu > 5 && rcpu > f && what.empty()) {
+    worst = rcpu;
+    what = fmt::format("poll CPU {:.1f}% -> {:.1f}%/CPU", s.mean_poll_cpu_percent(), t.mean_poll_cpu_percent());
+  }
+  if (what.empty()) {
+    change_streak_ = 0;
+    return std::nullopt;
+  }
+  if (worst >= 2 * f || ++change_streak_ >= 2) return what;
+  return std::nullopt;
+}
+
+Decision Tuner::steady(Decision d, const Observation& obs) {
+  RungMeasurement t;
+  t.ns = current_;
+  t.add(obs.kernel);
+  if (!signature_ || signature_->ns != current_) signature_ = t;
+  const RungMeasurement& s = *signature_;
+
+  if (params_.policy == Policy::budget && t.max_poll_cpu_percent() > params_.max_poll_cpu_percent &&
+      current_ > ladder_.front()) {
+    ceiling_ = current_;
+    signature_.reset();
+    return move(std::move(d), Action::shrink, rung_below(current_),
+                fmt::format("budget: busiest CPU polls {:.1f}% > {:.1f}%: one rung down, not above {} ns "
+                                       "until the next sweep",
+                                       t.max_poll_cpu_percent(), params_.max_poll_cpu_percent, current_));
+  }
+  if (auto c = load_changed(t)) return start_sweep(std::move(d), obs.kernel, "load changed: " + *c);
+  // Never swept: a busy guest is swept even when it halts rarely (a load that already polls at
+  // a high cap, as at the kernel's default 200000); only an idle one goes to the bottom.
+  const bool busy = t.halt_rate() >= params_.grow_halts_per_second ||
+                    (!swept_ && t.wake_rate() >= params_.grow_halts_per_second);
+  if (busy && growth_block_ticks_ == 0 && (!swept_ || ticks_since_sweep_ >= params_.resweep_after_ticks))
+    return start_sweep(std::move(d), obs.kernel,
+                       fmt::format("{:.0f} halts/s{}", t.halt_rate(),
+                                   swept_ ? fmt::format(", last sweep {} ticks ago", ticks_since_sweep_)
+                                          : std::string(", not swept yet")));
+  if (!swept_ && current_ > ladder_.front() && !busy)
+    return move(std::move(d), Action::shrink, ladder_.front(),
+                fmt::format("{:.0f} wake-ups/s, {:.0f} halts/s (< {:.0f}/s): nothing for polling to win, down to {} "
+                            "ns until halts are frequent",
+                            t.wake_rate(), t.halt_rate(), params_.grow_halts_per_second, ladder_.front()));
+  if (periods_ && current_ > ladder_.front() && shrink_block_ticks_ == 0 && t.cpus > 0) {
+    // The steady-state model over the live histogram: the lowest rung that keeps 99 % of the
+    // hits at a point less poll CPU per CPU is tried, then confirmed by the counters.
+    const CapPrediction here = predict_cap(*periods_, current_);
+    const double scale = 1e9 / static_cast<double>(obs.kernel.elapsed_ns) / 1e9 * 100 / t.cpus;
+    for (auto r : ladder_) {
+      if (r >= current_) break;
+      const CapPrediction p = predict_cap(*periods_, r);
+      const double saved_points = (here.poll_ns - p.poll_ns) * scale;
+      if (p.hits >= 0.99 * here.hits && saved_points >= 1.0) {
+        confirm_before_ = s;
+        confirm_from_ = current_;
+        phase_ = Phase::confirm;
+        return move(std::move(d), Action::shrink, r,
+                    fmt::format("idle-period histogram: {} ns keeps {:.1f}% of the poll hits at {:.1f} "
+                                           "points less poll CPU per CPU: trying it",
+                                           r, here.hits > 0 ? 100 * p.hits / here.hits : 100.0, saved_points));
+      }
+    }
+  }
+  return move(std::move(d), Action::hold, current_, "steady at " + describe(t, t));
+}
 
 Decision Tuner::decide(const Observation& obs) {
   Decision d;
@@ -159,188 +459,70 @@ Decision Tuner::decide(const Observation& obs) {
   d.wake_latency_ns = obs.wake_latency_ns;
   d.steal_percent = obs.steal_percent;
 
-  std::string prefix;
+  prefix_.clear();
   if (obs.current_ns != current_) {
     // Someone else wrote the value, or the last write failed: start again from what is in force.
-    prefix = fmt::format("value in force is {} ns, not {} ns: restarting from it; ", obs.current_ns, current_);
+    prefix_ = fmt::format("value in force is {} ns, not {} ns: restarting from it; ", obs.current_ns, current_);
     reset(obs.current_ns);
   }
   d.previous_ns = current_;
   d.guest_halt_poll_ns = current_;
-
-  ++ticks_since_change_;
-  if (ceiling_ && ceiling_ticks_left_ > 0 && --ceiling_ticks_left_ == 0) ceiling_.reset();
-  if (shrink_hold_ticks_ > 0) --shrink_hold_ticks_;
-
-  lat_.reset();
-  if (obs.wake_latency_ns && obs.latency_samples >= params_.min_latency_samples) lat_ = obs.wake_latency_ns;
-  mean_lat_.reset();
-  if (lat_) mean_lat_ = obs.mean_wake_latency_ns ? obs.mean_wake_latency_ns : lat_;
-  cpu_ = obs.poll_cpu_percent;
-  total_cpu_ = obs.total_poll_cpu_percent ? obs.total_poll_cpu_percent : obs.poll_cpu_percent;
-  const auto& lat = lat_;
-  const auto& cpu = cpu_;
-  const std::string pct_name = fmt::format("p{:g}", params_.percentile);
-  const double budget = params_.max_poll_cpu_percent;
-  const double h = params_.hysteresis;
+  ++ticks_since_sweep_;
+  if (shrink_block_ticks_ > 0) --shrink_block_ticks_;
+  if (growth_block_ticks_ > 0) --growth_block_ticks_;
+  penalty_ns_ = obs.halt_exit_penalty_ns;
+  periods_ = obs.kernel.periods;
 
   if (params_.policy == Policy::static_value) {
-    const std::uint32_t to = clamp(params_.static_ns);
-    return finish(std::move(d), Action::set, to, prefix + fmt::format("static policy: {} ns", to));
+    const std::uint32_t to = std::clamp(params_.static_ns, params_.min_ns, params_.max_ns);
+    return move(std::move(d), Action::set, to, fmt::format("static policy: {} ns", to));
   }
+  if (!obs.kernel.available())
+    return move(std::move(d), Action::hold, current_,
+                "no kernel idle counters (no cpuidle states on this guest): not moving");
 
-  // 1. A contended host comes first: polling guest vCPUs take time from whoever waits for the pCPU.
   if (obs.steal_percent && *obs.steal_percent > params_.steal_backoff_percent) {
-    ceiling_ = std::max<std::uint32_t>(current_, 1);
-    ceiling_ticks_left_ = params_.regrow_after_ticks;
-    return finish(std::move(d), Action::shrink, shrink_target(params_.max_shrink_factor),
-                  prefix + fmt::format("host contended: steal {} > {}: back off, growth frozen",
-                                       fmt_pct(*obs.steal_percent), fmt_pct(params_.steal_backoff_percent)));
+    // A contended host comes first: polling vCPUs take time from whoever waits for the pCPU.
+    growth_block_ticks_ = params_.resweep_after_ticks / 10 + 1;
+    phase_ = Phase::steady;
+    signature_.reset();
+    return move(std::move(d), Action::shrink, rung_below(current_),
+                fmt::format("host contended: steal {:.1f}% > {:.1f}%: one rung down, no growth for {} ticks",
+                                       *obs.steal_percent, params_.steal_backoff_percent, growth_block_ticks_));
   }
 
-  // 2. Let the last change show its effect before judging it.
-  if (pending_ && ticks_since_change_ <= params_.settle_ticks)
-    return finish(std::move(d), Action::hold, current_,
-                  prefix + fmt::format("settling after {} -> {} ns ({}/{} ticks)", pending_->from, pending_->to,
-                                       ticks_since_change_, params_.settle_ticks));
+  if (!at_rung_ || at_rung_->ns != current_) {
+    at_rung_ = RungMeasurement{};
+    at_rung_->ns = current_;
+  }
+  at_rung_->add(obs.kernel);
 
-  // 3. Judge the last step by what it bought.
-  bool justified_over_budget = false;
-  if (pending_ && pending_->latency_before && !lat) {
-    // A step is judged on a measurement, never assumed to have paid: wait for the latency signal.
-    return finish(std::move(d), Action::hold, current_,
-                  prefix + fmt::format("waiting for a latency signal ({} samples < {}) to judge {} -> {} ns",
-                                       obs.latency_samples, params_.min_latency_samples, pending_->from,
-                                       pending_->to));
-  }
-  if (pending_) {
-    const Step s = *pending_;
-    pending_.reset();
-    const auto& mlat = mean_lat_;
-    const std::string mean_name = obs.mean_wake_latency_ns ? "mean" : pct_name;
-    if (s.kind == StepKind::grow && mlat && s.latency_before) {
-      const double gain = *s.latency_before - *mlat;
-      const double rel = *s.latency_before > 0 ? gain / *s.latency_before : 0;
-      const auto ratio = benefit_ratio(gain, obs.wakes_per_second, s.total_cpu_before, total_cpu_);
-      const bool paid = rel >= params_.min_relative_gain && (!ratio || *ratio >= params_.min_benefit_ratio);
-      const std::string what =
-          fmt::format("grow {} -> {} ns: {} {} -> {} ({})", s.from, s.to, mean_name, fmt_ns(*s.latency_before),
-                      fmt_ns(*mlat), fmt_ratio(ratio));
-      if (!paid) {
-        ceiling_ = s.to;
-        ceiling_ticks_left_ = params_.regrow_after_ticks;
-        return finish(std::move(d), Action::revert, s.from,
-                      prefix + what +
-                          fmt::format(" did not pay (needs {:.0f}% gain and ratio {:.2f}): back to {} ns, growth "
-                                      "frozen for {} ticks",
-                                      params_.min_relative_gain * 100, params_.min_benefit_ratio, s.from,
-                                      params_.regrow_after_ticks));
+  switch (phase_) {
+    case Phase::sweep: return continue_sweep(std::move(d));
+    case Phase::confirm: {
+      const RungMeasurement& m = *at_rung_;
+      if (m.periods < static_cast<double>(params_.min_periods) && m.ticks < params_.max_dwell_ticks)
+        return move(std::move(d), Action::hold, current_,
+                    fmt::format("confirming {} ns ({:.0f}/{} idle periods)", current_, m.periods,
+                                           params_.min_periods));
+      const RungMeasurement& b = *confirm_before_;
+      phase_ = Phase::steady;
+      const bool slower = m.wake_rate() < 0.9 * b.wake_rate();
+      const bool fewer_hits = b.useful_rate() > 100 && m.useful_rate() < 0.9 * b.useful_rate();
+      if (slower || fewer_hits) {
+        shrink_block_ticks_ = params_.resweep_after_ticks;
+        signature_ = b;
+        return move(std::move(d), Action::revert, confirm_from_,
+                    fmt::format("predicted shrink did not hold: {}; back to {} ns", describe(m, m),
+                                           confirm_from_));
       }
-      prefix += what + " paid; ";
-    } else if ((s.kind == StepKind::probe_down || s.kind == StepKind::target_shrink) && mlat && s.latency_before) {
-      const double loss = *mlat - *s.latency_before;
-      const double rel = *s.latency_before > 0 ? loss / *s.latency_before : 0;
-      const auto ratio = benefit_ratio(loss, obs.wakes_per_second, total_cpu_, s.total_cpu_before);
-      bool hurt;
-      if (s.kind == StepKind::target_shrink)
-        hurt = *lat > params_.target_wake_latency_ns * (1 + h);
-      else
-        hurt = rel >= params_.min_relative_gain && (!ratio || *ratio >= params_.min_benefit_ratio);
-      const std::string what = fmt::format("shrink {} -> {} ns: {} {} -> {} ({})", s.from, s.to, mean_name,
-                                           fmt_ns(*s.latency_before), fmt_ns(*mlat), fmt_ratio(ratio));
-      if (hurt) {
-        shrink_hold_ticks_ = params_.probe_down_after_ticks;
-        return finish(std::move(d), Action::revert, s.from,
-                      prefix + what + fmt::format(" hurt: polling pays here, back to {} ns", s.from));
-      }
-      if (s.kind == StepKind::probe_down) {
-        // The larger value bought nothing worth its polling: do not grow back to it, keep probing down.
-        ceiling_ = s.from;
-        ceiling_ticks_left_ = params_.regrow_after_ticks;
-        ticks_since_change_ = params_.probe_down_after_ticks;
-      }
-      prefix += what + " did not hurt; ";
+      signature_ = m;
+      return move(std::move(d), Action::hold, current_,
+                  fmt::format("predicted shrink confirmed by the counters: {}", describe(m, m)));
     }
+    case Phase::steady: return steady(std::move(d), obs);
   }
-  // A recent probe-down from this very value hurt: its polling pays for itself.
-  justified_over_budget = shrink_hold_ticks_ > 0;
-
-  // 4. The policy.
-  switch (params_.policy) {
-    case Policy::static_value: break;  // handled above
-    case Policy::latency: {
-      if (!lat)
-        return finish(std::move(d), Action::hold, current_,
-                      prefix + fmt::format("no latency signal ({} samples < {})", obs.latency_samples,
-                                           params_.min_latency_samples));
-      const double target = params_.target_wake_latency_ns;
-      if (*lat > target * (1 + h))
-        return grow_if_allowed(std::move(d),
-                               prefix + fmt::format("{} {} > target {}", pct_name, fmt_ns(*lat), fmt_ns(target)));
-      if (*lat < target * (1 - h) && current_ > params_.min_ns && shrink_hold_ticks_ == 0)
-        return finish(std::move(d), Action::shrink, shrink_target(params_.max_shrink_factor),
-                      prefix + fmt::format("{} {} well under target {}: give CPU back", pct_name, fmt_ns(*lat),
-                                           fmt_ns(target)),
-                      StepKind::target_shrink);
-      return finish(std::move(d), Action::hold, current_,
-                    prefix + fmt::format("{} {} within target {} +-{:.0f}%", pct_name, fmt_ns(*lat), fmt_ns(target),
-                                         h * 100));
-    }
-    case Policy::budget:
-    case Policy::balanced: {
-      const bool balanced = params_.policy == Policy::balanced;
-      if (!cpu)
-        return finish(std::move(d), Action::hold, current_,
-                      prefix + "no poll-CPU signal: the budget cannot be checked, not moving");
-      if (!balanced && *cpu > budget) {
-        ceiling_ = std::max<std::uint32_t>(current_, 1);
-        ceiling_ticks_left_ = params_.regrow_after_ticks;
-        return finish(std::move(d), Action::shrink, shrink_target(*cpu / budget),
-                      prefix + fmt::format("busiest CPU polls {} > budget {}", fmt_pct(*cpu), fmt_pct(budget)));
-      }
-      if (balanced && *cpu > budget * (1 + h)) {
-        if (justified_over_budget)
-          return finish(std::move(d), Action::hold, current_,
-                        prefix + fmt::format("busiest CPU polls {} > budget {}, but the last step down showed "
-                                             "that this polling pays for itself",
-                                             fmt_pct(*cpu), fmt_pct(budget)));
-        if (!lat) {
-          ceiling_ = std::max<std::uint32_t>(current_, 1);
-          ceiling_ticks_left_ = params_.regrow_after_ticks;
-          return finish(std::move(d), Action::shrink, shrink_target(params_.max_shrink_factor),
-                        prefix + fmt::format("busiest CPU polls {} > budget {} and no latency signal shows it pays",
-                                             fmt_pct(*cpu), fmt_pct(budget)));
-        }
-        return finish(std::move(d), Action::shrink, shrink_target(params_.max_shrink_factor),
-                      prefix + fmt::format("busiest CPU polls {} > budget {}: step down to see whether it pays",
-                                           fmt_pct(*cpu), fmt_pct(budget)),
-                      StepKind::probe_down);
-      }
-      if (*cpu < budget * (1 - h) || (balanced && justified_over_budget)) {
-        if (!lat)
-          return finish(std::move(d), Action::hold, current_,
-                        prefix + fmt::format("poll CPU {} but no latency signal ({} samples < {}): growth cannot "
-                                             "be judged",
-                                             fmt_pct(*cpu), obs.latency_samples, params_.min_latency_samples));
-        const bool can_grow = current_ < params_.max_ns && !(ceiling_ && grow_target() >= *ceiling_);
-        if (can_grow || !balanced)
-          return grow_if_allowed(std::move(d), prefix + fmt::format("poll CPU {} (budget {}), {} {}", fmt_pct(*cpu),
-                                                                    fmt_pct(budget), pct_name, fmt_ns(*lat)));
-      }
-      if (balanced && lat && current_ > params_.min_ns && shrink_hold_ticks_ == 0 &&
-          ticks_since_change_ >= params_.probe_down_after_ticks)
-        return finish(std::move(d), Action::shrink, shrink_target(params_.max_shrink_factor),
-                      prefix + fmt::format("no change for {} ticks: probe down to see whether {} ns still pays",
-                                           ticks_since_change_, current_),
-                      StepKind::probe_down);
-      return finish(std::move(d), Action::hold, current_,
-                    prefix + fmt::format("poll CPU {} (budget {}), {} {}{}", fmt_pct(*cpu), fmt_pct(budget), pct_name,
-                                         lat ? fmt_ns(*lat) : std::string("unknown"),
-                                         ceiling_ ? fmt::format(", growth frozen below {} ns", *ceiling_)
-                                                  : std::string{}));
-    }
-  }
-  return finish(std::move(d), Action::hold, current_, prefix + "hold");
+  return move(std::move(d), Action::hold, current_, "hold");
 }
 
 }  // namespace haltpolld

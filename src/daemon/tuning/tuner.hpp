@@ -1,27 +1,38 @@
 // Tuner: the pure decision step of the daemon's loop, Observation → Decision + reason.
-// It owns no clock, does no I/O and starts no thread; its only state is what it remembers about
-// its own past steps (the last step and how the latency and poll CPU moved across it, a growth
-// ceiling learnt when growing stopped paying, tick counters). The daemon, the unit tests and the
-// closed-loop simulation therefore run the very same code. Not thread-safe: one owner calls it.
+// It owns no clock, does no I/O and starts no thread; its state is what it measured at each rung
+// of its ladder and where it is in its search. The daemon, the unit tests, the replay tests over
+// the real-guest recordings and the closed-loop model therefore run the very same code. Not
+// thread-safe: one owner calls it.
 //
-// The algorithm (docs/tuning.md explains the defaults):
-//   1. steal above `steal_backoff_percent` → shrink one step, freeze growth (the host is contended,
-//      and guest polling burns time the host would give to another vCPU);
-//   2. wait `settle_ticks` after each change so that the tick being judged saw only the new value;
-//   3. judge the last step by its marginal benefit: a grow must save at least `min_benefit_ratio`
-//      ns of waiting (mean wake latency × wakes per second) per ns of extra polling and at least
-//      `min_relative_gain` of the mean latency, or it is reverted and growth is frozen at that
-//      value for `regrow_after_ticks`; an exploratory shrink that lost that much is reverted;
-//   4. apply the policy with a hysteresis band of ±`hysteresis` around each target:
-//      static   → the configured value;
-//      latency  → grow while p(percentile) > target, shrink while it is well below;
-//      budget   → shrink while the busiest CPU polls more than the budget (a hard limit), grow
-//                 while well under and growing pays;
-//      balanced → grow while growing pays; above the budget keep a value only while a step down
-//                 measurably hurts (polling that pays for itself may exceed the budget, polling
-//                 that does not may not); a periodic exploratory shrink gives back values that
-//                 stopped paying.
-//   Every step is limited by a factor and an absolute size and clamped to [min_ns, max_ns].
+// It decides from the kernel's own counters (Observation::kernel): per tick the idle periods
+// (wake-ups), poll hits, halts and poll time of every CPU, and, when the eBPF reader fills them,
+// the remote wake-ups that skipped the IPI and the idle-period histograms. A setting's value is
+//   benefit = penalty × (wake-ups it served without a halt exit: IPI-skipped when counted, else
+//             poll hits) + the closed loop's gain (its wake rate over the one at the ladder's
+//             bottom, minus 1, counted as that many CPUs' worth of work: a loop twice as fast did
+//             one CPU-second more per second)
+//   cost    = the poll time of all CPUs (CPU-seconds per second)
+// with `penalty` the halt-exit penalty the controller measured on this guest (Observation::
+// halt_exit_penalty_ns; until it is measured, only the closed-loop term counts).
+//
+// The search (docs/tuning.md):
+//   ladder  min_ns, start_ns × ladder_factor^k up to max_ns, max_ns;
+//   sweep   started when halts are frequent and the load's signature (wake rate, halts, poll CPU
+//           at the value in force) changed, or was never swept, or `resweep_after_ticks` passed.
+//           It measures the bottom rung first (the baseline of the closed-loop gain), then skips
+//           the rungs below half the baseline's mean halt residency (the kernel polls only once
+//           the cap exceeds the halted periods; with histograms, the rungs predicted to catch no
+//           period), then climbs one rung per judged measurement (`min_periods` idle periods or
+//           `max_dwell_ticks`) until a rung adds poll CPU without paying, halts have become rare
+//           and the wake rate stopped rising, the budget policy's limit is crossed, or max_ns;
+//   choose  the policy's best measured rung; a near-tie goes to the lower rung (hysteresis);
+//   steady  hold; a budget overrun steps down at once; with histograms, a lower rung predicted
+//           to keep the hits at less poll CPU is tried and confirmed by the counters (or reverted).
+// Policies: static (the configured value), balanced (most net benefit, within
+// max_poll_cpu_percent unless benefit ≥ min_benefit_ratio × cost), budget (most net benefit under
+// a hard per-CPU limit), latency (lowest rung whose mean halt-exit wait per wake-up, halts/wake-ups
+// × penalty, is within target_wake_latency_ns). Steal above steal_backoff_percent steps down and
+// blocks growth.
 #pragma once
 
 #include "tuning/observation.hpp"
@@ -30,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace haltpolld {
 
@@ -39,41 +51,45 @@ struct TunerParams {
   Policy policy = Policy::balanced;
   // static: the value to hold.
   std::uint32_t static_ns = 200000;
-  // latency: the wake-latency target at `percentile` (0 < percentile < 100).
-  double target_wake_latency_ns = 20000;
+  // latency: the mean wait per wake-up that halt exits may add (halts / wake-ups × penalty).
+  double target_wake_latency_ns = 5000;
+  // Percentile of the probe latencies reported in status (not a decision input any more).
   double percentile = 90;
   // budget / balanced: the most a single CPU may spend polling, in % of that CPU.
   double max_poll_cpu_percent = 10;
   // Bounds of the value. 0 disables polling; the kernel's default cap is 200000.
   std::uint32_t min_ns = 0;
   std::uint32_t max_ns = 400000;
-  // First non-zero value when growing from 0, and the smallest non-zero value a shrink leaves
-  // (below it the tuner goes to min_ns). 10 µs: below that a halt exit costs more than polling saves.
-  std::uint32_t start_ns = 10000;
-  // Step limits: a step multiplies or divides by at most these factors and moves at most max_step_ns.
-  double max_grow_factor = 2.0;
-  double max_shrink_factor = 2.0;
-  std::uint32_t max_step_ns = 100000;
-  // Relative dead band around each target.
+  // Lowest non-zero rung and the ratio between rungs: 12.5, 25, 50, 100, 200, 400 µs. The real
+  // guest's knees (pipe ≥ 30 µs, a database client ≥ 100 µs, a 150 µs timer ≤ 50 µs) each fall
+  // between two rungs, so one rung per factor two is enough and a full climb takes 7 ticks.
+  std::uint32_t start_ns = 12500;
+  double ladder_factor = 2.0;
+  // balanced: above the budget a rung is kept only when its benefit is this many times its cost.
+  double min_benefit_ratio = 1.0;
+  // A rung is judged once it saw this many idle periods (all CPUs), or after max_dwell_ticks.
+  std::uint64_t min_periods = 1000;
+  std::uint32_t max_dwell_ticks = 3;
+  // Halts per second (all CPUs) that make growth worth trying. An idle guest halts 60-80 times a
+  // second; a 150 µs timer 6700, a pipe 33000, Poisson 2000/s about 1900.
+  double grow_halts_per_second = 500;
+  // A wake-rate rise smaller than this (fraction) is noise, not a closed loop speeding up.
+  double closed_loop_min_gain = 0.15;
+  // Signature change that counts as a new load: a factor on the wake or halt rate (above an
+  // absolute 300/s), or on poll CPU (above 5 points); twice the factor acts at once, else it must
+  // show on two ticks in a row.
+  double load_change_factor = 1.5;
+  // A steady load with frequent halts is swept again after this many ticks (10 min at 1 s).
+  std::uint32_t resweep_after_ticks = 600;
+  // Near-ties between rungs go to the lower one: within this share of the best net benefit.
   double hysteresis = 0.10;
-  // Ticks to wait after a change before the change is judged.
-  std::uint32_t settle_ticks = 1;
-  // Marginal benefit a grow must show to be kept: the wake latency it saves, summed over the
-  // wakes of a second, per ns of extra polling (dimensionless), and a relative latency gain large
-  // enough not to be noise. 0.5: a ns of vCPU polling, which the host cannot give to anyone else,
-  // must save at least half a ns of waiting on a request path. 10 %: the percentile of a few
-  // hundred probe samples moves by about that much from one tick to the next on a steady load.
-  double min_benefit_ratio = 0.5;
-  double min_relative_gain = 0.10;
-  // Ticks for which growth stays frozen after a grow that did not pay (then it is tried again,
-  // because the load may have changed).
-  std::uint32_t regrow_after_ticks = 30;
-  // balanced: ticks without a change after which one exploratory shrink step is tried. A probe
-  // costs up to settle_ticks + 1 ticks of worse latency: 120 keeps that under 2 % of the time.
-  std::uint32_t probe_down_after_ticks = 120;
   // Steal share (% of all guest CPU time) above which the tuner backs off.
   double steal_backoff_percent = 10;
-  // Fewer latency samples than this in a tick: the latency is treated as unknown.
+  // Also write guest_halt_poll_grow_start = min(kernel_grow_start_ns, cap / 2) so that a cap
+  // below the kernel's grow_start does not collapse to 0 on its first shrink (docs/tuning.md).
+  bool manage_grow_start = false;
+  std::uint32_t kernel_grow_start_ns = 50000;  // the value found on the guest
+  // The controller carries probe samples over ticks until it has this many.
   std::uint64_t min_latency_samples = 20;
 
   friend bool operator==(const TunerParams&, const TunerParams&) = default;
@@ -84,6 +100,41 @@ std::optional<Policy> policy_from_string(std::string_view s) noexcept;
 // Empty when the parameters are coherent, else what is wrong.
 std::string validate(const TunerParams& p);
 
+// One rung's kernel counters, summed over the ticks measured at it.
+struct RungMeasurement {
+  std::uint32_t ns = 0;
+  std::uint32_t ticks = 0;
+  std::uint64_t elapsed_ns = 0;
+  std::uint32_t cpus = 0;
+  double periods = 0, halts = 0, hits = 0, halt_ns = 0, poll_ns = 0;
+  std::optional<double> ipi_skipped;
+  double max_cpu_time = 0;  // per-tick busiest CPU's poll %, × elapsed_ns
+  std::vector<double> cpu_halts, cpu_halt_ns;  // per CPU, in KernelSignals::cpus order
+
+  void add(const KernelSignals& k);
+  double per_s(double v) const noexcept { return elapsed_ns ? v * 1e9 / static_cast<double>(elapsed_ns) : 0; }
+  double wake_rate() const noexcept { return per_s(periods); }
+  double halt_rate() const noexcept { return per_s(halts); }
+  // Wake-ups served without a halt exit: IPI-skipped when counted, else poll hits.
+  double useful_rate() const noexcept { return per_s(ipi_skipped ? *ipi_skipped : hits); }
+  double poll_cpus() const noexcept { return per_s(poll_ns) / 1e9; }  // CPU-seconds per second
+  double mean_poll_cpu_percent() const noexcept { return cpus ? 100 * poll_cpus() / cpus : 0; }
+  double max_poll_cpu_percent() const noexcept {
+    return elapsed_ns ? max_cpu_time / static_cast<double>(elapsed_ns) : 0;
+  }
+  // Mean halt residency of the CPUs that halt often (a quiet CPU's long halts say nothing about
+  // the load's idle periods): the shortest per-CPU mean among CPUs with ≥ 10 % of the halts.
+  double mean_halt_ns() const noexcept;
+};
+
+// What the steady-state haltpoll model predicts for one cap over an idle-period distribution:
+// with the limit at the cap (halts rare), a period d ≤ cap is a poll hit that polls d, a longer one
+// polls the cap and halts. Per second of the histogram's tick.
+struct CapPrediction {
+  double hits = 0, halts = 0, poll_ns = 0;
+};
+CapPrediction predict_cap(const IdlePeriodHistograms& h, std::uint32_t cap_ns);
+
 class Tuner {
  public:
   explicit Tuner(TunerParams params = {}, std::uint32_t initial_ns = 0);
@@ -92,43 +143,58 @@ class Tuner {
   // Decision says what to put in force next and why.
   Decision decide(const Observation& obs);
 
-  // New parameters (reload): keeps the current value, forgets the learnt ceiling and the last step.
+  // New parameters (reload): keeps the current value, forgets the measurements.
   void set_params(const TunerParams& params);
   const TunerParams& params() const noexcept { return params_; }
   // Forget everything and start from `ns` (the controller calls it when it learns the value in force).
   void reset(std::uint32_t ns);
   std::uint32_t current_ns() const noexcept { return current_; }
+  // Budget policy: the rung whose overrun was seen, not climbed to again until the next sweep.
   std::optional<std::uint32_t> growth_ceiling_ns() const noexcept { return ceiling_; }
+  std::vector<std::uint32_t> ladder() const;
+  std::string_view phase() const noexcept;
+  // The rungs measured by the last (or current) sweep, lowest first.
+  const std::vector<RungMeasurement>& sweep_measurements() const noexcept { return measured_; }
+  // grow_start to write with cap `ns` (manage_grow_start), else empty.
+  std::optional<std::uint32_t> grow_start_for(std::uint32_t ns) const noexcept;
+
+  // The value of a rung under the current penalty (for the reason strings and tests).
+  double benefit(const RungMeasurement& r, const RungMeasurement& base) const noexcept;
+  double net(const RungMeasurement& r, const RungMeasurement& base) const noexcept;
 
  private:
-  enum class StepKind { none, grow, probe_down, target_shrink };
-  struct Step {
-    std::uint32_t from = 0;
-    std::uint32_t to = 0;
-    StepKind kind = StepKind::none;
-    std::optional<double> latency_before;  // mean_lat_ at the step
-    std::optional<double> cpu_before;
-    std::optional<double> total_cpu_before;
-  };
+  enum class Phase { steady, sweep, confirm };
 
-  std::uint32_t clamp(std::uint64_t ns) const noexcept;
-  std::uint32_t grow_target() const noexcept;
-  std::uint32_t shrink_target(double factor) const noexcept;
-  Decision finish(Decision d, Action a, std::uint32_t to, std::string reason, StepKind kind = StepKind::none);
-  Decision grow_if_allowed(Decision d, std::string why);
+  Decision move(Decision d, Action a, std::uint32_t to, std::string reason);
+  Decision start_sweep(Decision d, const KernelSignals& k, std::string why);
+  Decision continue_sweep(Decision d);
+  Decision finish_sweep(Decision d, std::string prefix);
+  Decision steady(Decision d, const Observation& obs);
+  std::optional<std::size_t> next_rung(std::size_t after) const;
+  bool acceptable(const RungMeasurement& r, const RungMeasurement& base) const noexcept;
+  std::optional<std::string> load_changed(const RungMeasurement& now);
+  std::string describe(const RungMeasurement& r, const RungMeasurement& base) const;
+  std::uint32_t rung_below(std::uint32_t ns) const;
 
   TunerParams params_;
   std::uint32_t current_ = 0;
-  std::uint64_t ticks_since_change_ = 0;
-  std::optional<Step> pending_;               // last change, not judged yet
-  std::optional<std::uint32_t> ceiling_;      // growth frozen at or above this value
-  std::uint64_t ceiling_ticks_left_ = 0;
-  std::uint64_t shrink_hold_ticks_ = 0;       // no voluntary shrink after one that hurt
-  // Inputs of the tick being decided (set at the top of decide()).
-  std::optional<double> lat_;       // at the percentile
-  std::optional<double> mean_lat_;  // mean when known, else the percentile: what steps are judged on
-  std::optional<double> cpu_;
-  std::optional<double> total_cpu_;
+  Phase phase_ = Phase::steady;
+  std::vector<std::uint32_t> ladder_;
+  std::vector<RungMeasurement> measured_;  // this sweep's judged rungs, in the order measured
+  std::optional<RungMeasurement> at_rung_;  // accumulating at current_
+  std::size_t sweep_index_ = 0;             // ladder_ index being measured
+  std::optional<RungMeasurement> signature_;  // the converged rung's measurement
+  std::optional<RungMeasurement> confirm_before_;
+  std::uint32_t confirm_from_ = 0;
+  std::uint64_t ticks_since_sweep_ = 0;
+  bool swept_ = false;
+  int change_streak_ = 0;
+  std::optional<std::uint32_t> ceiling_;
+  std::uint64_t shrink_block_ticks_ = 0;  // a predicted shrink was reverted: no new one for a while
+  std::uint64_t growth_block_ticks_ = 0;  // steal: no sweep for a while
+  std::optional<double> penalty_ns_;
+  std::optional<IdlePeriodHistograms> periods_;  // the tick's, for rung skipping
+  std::string prefix_;  // said before this tick's reason (a restart)
 };
 
 }  // namespace haltpolld

@@ -181,3 +181,25 @@ TEST_CASE("with probes, latencies reach the observation") {
   CHECK(s["probes"]["per_cpu"].size() == 2);
   c.stop();
 }
+
+TEST_CASE("kernel mode with manage_grow_start writes grow_start next to a small cap and restores it") {
+  FakeSysfs fs;
+  TempDir dir;
+  auto o = opts(fs, dir, true);
+  o.tuner.static_ns = 25000;
+  o.tuner.manage_grow_start = true;
+  Controller c(o, std::unique_ptr<PoolAccess>{});
+  c.start();
+  auto d = c.tick();
+  CHECK(d.guest_halt_poll_ns == 25000);
+  REQUIRE(d.grow_start_ns);
+  CHECK(*d.grow_start_ns == 12500);
+  CHECK(d.applied_grow_start);
+  CHECK(fs.param("guest_halt_poll_grow_start") == "12500");
+  auto log = c.decisions();
+  CHECK(log.back()["grow_start_ns"] == 12500);
+  CHECK(c.status()["tuner"]["halt_exit_penalty"]["ns"].is_null());
+  c.stop();
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  CHECK(fs.param("guest_halt_poll_grow_start") == "50000");
+}

@@ -139,3 +139,34 @@ TEST_CASE("latency histogram: percentiles within a bucket's width, trimmed mean 
     CHECK(v <= LatencyHistogram::upper_bound_of(i));
   }
 }
+
+TEST_CASE("halt-exit penalty: park path minus poll hit, from idle ticks only") {
+  auto tick = [](std::uint64_t park_ns, std::uint64_t hit_ns, int n) {
+    CpuProbes c;
+    for (int i = 0; i < n; ++i) {
+      c.park_path.record(park_ns + static_cast<std::uint64_t>(i % 5) * 100);
+      if (hit_ns) c.poll_hit.record(hit_ns);
+    }
+    return std::vector<CpuProbes>{c};
+  };
+  HaltExitPenalty p;
+  CHECK(!p.penalty_ns());
+  CHECK(p.source().find("not measured") != std::string::npos);
+  // Busy ticks say nothing about the halt exit, however many samples they hold.
+  p.add(tick(90000, 2000, 100), false, 1);
+  CHECK(!p.penalty_ns());
+  // Idle ticks: 40 µs park path, 2 µs poll hit.
+  for (int i = 0; i < 5; ++i) p.add(tick(40000, 2000, 10), true, 10 + static_cast<std::uint64_t>(i));
+  REQUIRE(p.penalty_ns());
+  CHECK(*p.penalty_ns() == Approx(38000).epsilon(0.08));
+  CHECK(p.measured_at_ns().value_or(0) >= 10);
+  CHECK(p.source().find("minus poll-hit") != std::string::npos);
+  // Later busy ticks keep the value (it ages); new idle ticks without poll hits replace it with an
+  // upper bound.
+  p.add(tick(90000, 0, 100), false, 100);
+  CHECK(*p.penalty_ns() == Approx(38000).epsilon(0.08));
+  for (int i = 0; i < 5; ++i) p.add(tick(30000, 0, 10), true, 200);
+  CHECK(*p.penalty_ns() == Approx(30200).epsilon(0.08));
+  CHECK(p.source().find("upper bound") != std::string::npos);
+  CHECK(p.measured_at_ns() == 200u);
+}

@@ -1,53 +1,132 @@
-// Tuner: synthetic Observation sequences for each rule, then closed loops against the simulated
-// haltpoll guest (src/daemon/guest_model.hpp).
+// Tuner: synthetic kernel-counter sequences for each rule (the governor's trap, the closed loop's
+// wake-rate rise, the penalty, IPI-skipped counts, budget, hysteresis, load changes, predicted
+// shrinks from histograms), then closed loops against the simulated haltpoll guest
+// (src/sim/guest_model.hpp). The replay of the real guest's recordings is replay_test.cpp.
 #include "sim/guest_model.hpp"
 #include "tuning/tuner.hpp"
 
 #include <catch2/catch.hpp>
 
-#include <algorithm>
-#include <numeric>
+#include <functional>
+#include <sstream>
 
 using namespace haltpolld;
 
 namespace {
 
-Observation obs_of(std::uint32_t current, std::optional<double> cpu, std::optional<double> lat,
-                   std::optional<double> steal = 0.0, double wakes = 10000) {
+// What one CPU did during a one-second tick at some cap.
+struct CpuRates {
+  double periods = 0;  // idle periods (wake-ups)
+  double halts = 0;    // halts (after a timed-out poll when the cap is > 0)
+  double poll_percent = 0;
+  double halt_us = 0;  // mean halt residency
+  std::optional<double> ipi;
+};
+
+CpuRates R(double periods, double halts, double poll_percent, double halt_us) {
+  CpuRates r;
+  r.periods = periods;
+  r.halts = halts;
+  r.poll_percent = poll_percent;
+  r.halt_us = halt_us;
+  return r;
+}
+
+using LoadFn = std::function<CpuRates(std::uint32_t cap, int cpu)>;
+
+Observation synth(std::uint32_t cap, const LoadFn& load, std::uint64_t tick = 0) {
   Observation o;
-  o.current_ns = current;
-  o.elapsed_ns = 1000000000;
-  o.poll_cpu_percent = cpu;
-  o.total_poll_cpu_percent = cpu;
-  o.wake_latency_ns = lat;
-  o.latency_samples = lat ? 500 : 0;
-  o.steal_percent = steal;
-  o.wakes_per_second = wakes;
+  o.tick = tick;
+  o.current_ns = cap;
+  o.elapsed_ns = 1'000'000'000;
+  o.kernel.elapsed_ns = o.elapsed_ns;
+  o.steal_percent = 0;
+  double busiest = 0;
+  for (int cpu : {0, 1}) {
+    const CpuRates r = load(cap, cpu);
+    CpuKernelSignals k;
+    k.cpu = cpu;
+    const auto periods = static_cast<std::uint64_t>(r.periods);
+    const auto halts = static_cast<std::uint64_t>(std::min(r.halts, r.periods));
+    if (cap > 0 && r.poll_percent > 0) {
+      k.poll_entries = periods;
+      k.halts = halts;
+      k.poll_misses = halts;
+      k.poll_hits = periods - halts;
+    } else {
+      k.halts = periods;
+    }
+    k.poll_ns = static_cast<std::uint64_t>(r.poll_percent * 1e7);
+    k.halt_ns = static_cast<std::uint64_t>(static_cast<double>(k.halts) * r.halt_us * 1000);
+    if (r.ipi) k.ipi_skipped = static_cast<std::uint64_t>(*r.ipi);
+    busiest = std::max(busiest, o.kernel.poll_cpu_percent(k));
+    o.kernel.cpus.push_back(k);
+  }
+  o.poll_cpu_percent = busiest;
   return o;
 }
 
-TunerParams fast(Policy p) {
-  TunerParams t;
-  t.policy = p;
-  t.settle_ticks = 0;
-  return t;
+struct Trace {
+  std::vector<std::uint32_t> values;
+  std::vector<Decision> decisions;
+  std::string log() const {
+    std::ostringstream s;
+    for (std::size_t i = 0; i < decisions.size(); ++i)
+      s << i << ": " << decisions[i].guest_halt_poll_ns << " " << to_string(decisions[i].action) << ": "
+        << decisions[i].reason << "\n";
+    return s.str();
+  }
+  int changes_after(std::size_t from) const {
+    int n = 0;
+    for (std::size_t i = std::max<std::size_t>(from, 1); i < values.size(); ++i) n += values[i] != values[i - 1];
+    return n;
+  }
+};
+
+Trace drive(Tuner& t, const LoadFn& load, int ticks, std::optional<double> penalty = std::nullopt,
+            const std::function<void(Observation&)>& edit = {}) {
+  Trace tr;
+  for (int i = 0; i < ticks; ++i) {
+    Observation o = synth(t.current_ns(), load, static_cast<std::uint64_t>(i));
+    o.halt_exit_penalty_ns = penalty;
+    if (edit) edit(o);
+    Decision d = t.decide(o);
+    tr.values.push_back(d.guest_halt_poll_ns);
+    tr.decisions.push_back(d);
+  }
+  return tr;
+}
+
+// The 150 µs timer of real-guest §4 on CPU 0 (CPU 1 idle): no cap below the period polls, a cap
+// between half the period and the period is the governor's trap (poll the cap, time out, halt the
+// rest, every period), a cap above it polls through every period. The wake rate never moves.
+CpuRates timer150(std::uint32_t cap, int cpu) {
+  if (cpu == 1) return R(40, 40, 0, 20000);
+  if (cap < 100000) return R(6676, 6676, 0, 140);
+  if (cap < 150000) return R(6395, 6189, 33.2, 50);
+  return R(6699, 54, 46.6, 100);
+}
+
+// A request/response client like the real guest's database client: nothing changes below 50 µs
+// (its halted periods are ~60 µs), from 50 µs on both sides poll and its wake rate triples.
+CpuRates db_client(std::uint32_t cap, int) {
+  if (cap < 50000) return R(20000, 20000, 0, 60);
+  return R(60000, 600, 38, 40);
 }
 
 }  // namespace
 
 TEST_CASE("static policy applies the configured value, clamped") {
-  TunerParams p = fast(Policy::static_value);
+  TunerParams p;
+  p.policy = Policy::static_value;
   p.static_ns = 50000;
   Tuner t(p, 200000);
-  auto d = t.decide(obs_of(200000, std::nullopt, std::nullopt));
-  CHECK(d.action == Action::set);
+  auto d = t.decide(synth(200000, timer150));
   CHECK(d.guest_halt_poll_ns == 50000);
-  CHECK(d.reason.find("static") != std::string::npos);
-  d = t.decide(obs_of(50000, std::nullopt, std::nullopt));
-  CHECK(d.action == Action::hold);
+  CHECK(d.action == Action::set);
   p.static_ns = 900000;
   t.set_params(p);
-  CHECK(t.decide(obs_of(50000, std::nullopt, std::nullopt)).guest_halt_poll_ns == p.max_ns);
+  CHECK(t.decide(synth(50000, timer150)).guest_halt_poll_ns == p.max_ns);
 }
 
 TEST_CASE("params validation names the problem") {
@@ -56,187 +135,336 @@ TEST_CASE("params validation names the problem") {
   p.min_ns = 500000;
   CHECK(validate(p).find("min_ns") != std::string::npos);
   p = {};
-  p.percentile = 100;
-  CHECK(validate(p).find("percentile") != std::string::npos);
-  CHECK(policy_from_string("balanced") == Policy::balanced);
-  CHECK(!policy_from_string("fast"));
+  p.ladder_factor = 1.0;
+  CHECK(validate(p).find("ladder_factor") != std::string::npos);
+  p = {};
+  p.min_periods = 0;
+  CHECK(validate(p).find("min_periods") != std::string::npos);
 }
 
-TEST_CASE("steal above the threshold backs off and freezes growth") {
-  Tuner t(fast(Policy::balanced), 200000);
-  auto d = t.decide(obs_of(200000, 2.0, 20000, 25.0));
+TEST_CASE("the ladder is geometric from start_ns, bounded by min_ns and max_ns") {
+  Tuner t;
+  CHECK(t.ladder() == std::vector<std::uint32_t>{0, 12500, 25000, 50000, 100000, 200000, 400000});
+  TunerParams p;
+  p.min_ns = 20000;
+  p.max_ns = 150000;
+  Tuner u(p);
+  CHECK(u.ladder() == std::vector<std::uint32_t>{20000, 25000, 50000, 100000, 150000});
+}
+
+TEST_CASE("the governor's trap: a cap that polls and still halts every period is rejected") {
+  for (Policy pol : {Policy::balanced, Policy::budget}) {
+    TunerParams p;
+    p.policy = pol;
+    Tuner t(p, 0);
+    auto tr = drive(t, timer150, 12, 20000.0);
+    INFO(tr.log());
+    // The first tick is the baseline; then straight to the first rung above half the halted
+    // period (100 µs), which polls 33 % without removing a halt: back to 0 and no further climb.
+    CHECK(tr.values[0] == 100000);
+    CHECK(tr.values[1] == 0);
+    CHECK(tr.changes_after(2) == 0);
+    CHECK(tr.decisions[1].reason.find(pol == Policy::budget ? "> budget" : "without paying") != std::string::npos);
+  }
+}
+
+TEST_CASE("a closed loop's wake-rate rise pays for polling above the budget, without a penalty") {
+  Tuner t;  // balanced, budget 10 %
+  auto tr = drive(t, db_client, 15);
+  INFO(tr.log());
+  CHECK(tr.values.back() >= 50000);
+  CHECK(tr.decisions.back().reason.find("steady") != std::string::npos);
+  // Under a hard budget of 10 % the same load is not allowed to poll 38 %.
+  TunerParams p;
+  p.policy = Policy::budget;
+  Tuner b(p);
+  auto tb = drive(b, db_client, 15);
+  INFO(tb.log());
+  CHECK(tb.values.back() == 0);
+}
+
+TEST_CASE("the measured penalty prices the halts a setting avoids; IPI-skipped counts replace poll hits") {
+  // An open load: halted periods of 30 µs; from 25 µs on 90 % of them are caught, at 1.5 % poll.
+  LoadFn open = [](std::uint32_t cap, int) -> CpuRates {
+    if (cap < 25000) return R(5000, 5000, 0, 30);
+    return R(5000, 500, 1.5, 10);
+  };
+  Tuner with_penalty;
+  auto a = drive(with_penalty, open, 12, 20000.0);
+  INFO(a.log());
+  CHECK(a.values.back() >= 25000);
+  Tuner without;
+  auto b = drive(without, open, 12);
+  INFO(b.log());
+  CHECK(b.values.back() == 0);  // no penalty, no wake-rate rise: nothing shows it pays
+  // The same poll hits ended by the load's own timer skip no IPI: with the eBPF count, no benefit.
+  LoadFn local = [&](std::uint32_t cap, int cpu) {
+    CpuRates r = open(cap, cpu);
+    r.ipi = 0;
+    return r;
+  };
+  Tuner ipi;
+  auto c = drive(ipi, local, 12, 20000.0);
+  INFO(c.log());
+  CHECK(c.values.back() == 0);
+}
+
+TEST_CASE("budget: a steady overrun steps one rung down at once and caps the next climbs") {
+  TunerParams p;
+  p.policy = Policy::budget;
+  p.max_poll_cpu_percent = 10;
+  // Catches part of the periods at 12.5 µs, polls 5 % at 25 µs and 12 % above: 25000 is best
+  // under the budget.
+  LoadFn load = [](std::uint32_t cap, int) -> CpuRates {
+    if (cap == 0) return R(20000, 20000, 0, 20);
+    if (cap <= 12500) return R(25000, 15000, 2, 20);
+    if (cap <= 25000) return R(40000, 400, 5, 10);
+    return R(42000, 100, 12, 10);
+  };
+  Tuner t(p, 0);
+  auto tr = drive(t, load, 15, 20000.0);
+  INFO(tr.log());
+  CHECK(tr.values.back() == 25000);
+  // Started above the budget, in steady state: down at once.
+  Tuner s(p, 50000);
+  // A first sweep brings it down; then a later overrun in steady state is cut within one tick.
+  auto ts = drive(s, load, 15, 20000.0);
+  CHECK(ts.values.back() == 25000);
+  LoadFn worse = [](std::uint32_t cap, int) -> CpuRates {
+    if (cap == 0) return R(20000, 20000, 0, 20);
+    return R(40000, 400, 15, 10);
+  };
+  auto d = s.decide(synth(25000, worse));
+  CHECK(d.action == Action::shrink);
+  CHECK(d.guest_halt_poll_ns == 12500);
+  CHECK(d.reason.find("budget") != std::string::npos);
+}
+
+TEST_CASE("hysteresis: a noisy steady load sees no change after it converged") {
+  std::uint64_t n = 0;
+  LoadFn noisy = [&](std::uint32_t cap, int cpu) {
+    CpuRates r = db_client(cap, cpu);
+    const double f = 1.0 + 0.12 * ((++n % 5) / 4.0 - 0.5);  // ±6 %
+    r.periods *= f;
+    r.halts *= f;
+    r.poll_percent *= f;
+    return r;
+  };
+  Tuner t;
+  auto tr = drive(t, noisy, 200);
+  INFO(tr.log());
+  CHECK(tr.changes_after(10) == 0);
+}
+
+TEST_CASE("a load change starts a new sweep; a one-tick blip does not") {
+  Tuner t;
+  auto tr = drive(t, db_client, 12);
+  REQUIRE(tr.values.back() >= 50000);
+  const std::uint32_t at = tr.values.back();
+  // One tick at 1.6 × the wake rate: not a new load.
+  LoadFn blip = [](std::uint32_t cap, int cpu) {
+    CpuRates r = db_client(cap, cpu);
+    r.periods *= 1.6;
+    return r;
+  };
+  auto d = t.decide(synth(at, blip));
+  CHECK(d.action == Action::hold);
+  d = t.decide(synth(at, db_client));
+  CHECK(d.action == Action::hold);
+  // The timer replaces it: the wake rate falls ninefold, the sweep starts at once and ends low.
+  auto tt = drive(t, timer150, 10, 20000.0);
+  INFO(tt.log());
+  CHECK(tt.decisions[0].reason.find("load changed") != std::string::npos);
+  CHECK(tt.values.back() == 0);
+}
+
+TEST_CASE("histograms: a lower rung predicted to keep the hits is tried, then confirmed or reverted") {
+  for (bool holds : {true, false}) {
+    // During the sweep (no histograms yet) the loop keeps speeding up to the top rung.
+    bool swept = false;
+    LoadFn pipe = [&](std::uint32_t cap, int) -> CpuRates {
+      if (cap == 0) return R(15000, 15000, 0, 25);
+      if (swept && cap < 400000) return holds ? R(50000, 100, 20, 5) : R(20000, 8000, 10, 25);
+      const double c = static_cast<double>(cap);
+      return R(30000 + c * 0.05, 5000 - c * 0.01, 20 + c / 40000, 25);
+    };
+    Tuner t(TunerParams{}, 0);
+    auto tr = drive(t, pipe, 12);
+    INFO(tr.log());
+    REQUIRE(tr.values.back() == 400000);
+    swept = true;
+    // Now the eBPF histograms arrive: all hits within 12 µs, 300 long periods a second that each
+    // poll 400 µs before halting.
+    IdlePeriodHistograms h;
+    for (int i = 0; i < 90000; ++i) h.poll_hit.record(2000 + (i % 10) * 1000);
+    for (int i = 0; i < 300; ++i) h.poll_halt.record(5'000'000);
+    auto with_hist = [&](Observation& o) { o.kernel.periods = h; };
+    auto tc = drive(t, pipe, 4, std::nullopt, with_hist);
+    INFO(tc.log());
+    CHECK(tc.decisions[0].action == Action::shrink);
+    CHECK(tc.decisions[0].guest_halt_poll_ns == 12500);
+    CHECK(tc.decisions[0].reason.find("idle-period histogram") != std::string::npos);
+    if (holds) {
+      CHECK(tc.decisions[1].reason.find("confirmed") != std::string::npos);
+      CHECK(tc.values.back() == 12500);
+    } else {
+      CHECK(tc.decisions[1].action == Action::revert);
+      CHECK(tc.values.back() == 400000);
+      CHECK(tc.changes_after(2) == 0);  // no second try right away
+    }
+  }
+}
+
+TEST_CASE("steal above the threshold steps down and blocks growth") {
+  Tuner t(TunerParams{}, 200000);
+  Observation o = synth(200000, db_client);
+  o.steal_percent = 30;
+  auto d = t.decide(o);
   CHECK(d.action == Action::shrink);
   CHECK(d.guest_halt_poll_ns == 100000);
   CHECK(d.reason.find("steal") != std::string::npos);
-  // Uncontended again, latency bad, budget free: growth stays frozen at the backed-off value.
-  d = t.decide(obs_of(100000, 1.0, 20000, 0.0));
-  CHECK(d.guest_halt_poll_ns <= 100000);
-}
-
-TEST_CASE("a grow that does not pay is reverted and growth is frozen") {
-  TunerParams p = fast(Policy::balanced);
-  Tuner t(p, 20000);
-  auto d = t.decide(obs_of(20000, 1.0, 20000));
-  REQUIRE(d.action == Action::grow);
-  REQUIRE(d.guest_halt_poll_ns == 40000);
-  // Same latency, more polling: it did not pay.
-  d = t.decide(obs_of(40000, 5.0, 19900));
-  CHECK(d.action == Action::revert);
-  CHECK(d.guest_halt_poll_ns == 20000);
-  CHECK(d.reason.find("did not pay") != std::string::npos);
-  CHECK(t.growth_ceiling_ns() == 40000u);
-  for (int i = 0; i < 5; ++i) {
-    d = t.decide(obs_of(20000, 1.0, 20000));
-    CHECK(d.guest_halt_poll_ns == 20000);
-  }
-  CHECK(d.reason.find("frozen") != std::string::npos);
-}
-
-TEST_CASE("a grow that pays is kept and growth continues") {
-  Tuner t(fast(Policy::balanced), 20000);
-  REQUIRE(t.decide(obs_of(20000, 1.0, 20000)).guest_halt_poll_ns == 40000);
-  // Latency halves for 2 % more polling at 10k wakes/s: 10 µs × 10k/s per 0.02 CPU = ratio 5.
-  auto d = t.decide(obs_of(40000, 3.0, 10000));
-  CHECK(d.action == Action::grow);
-  CHECK(d.guest_halt_poll_ns == 80000);
-  CHECK(d.reason.find("paid") != std::string::npos);
-}
-
-TEST_CASE("marginal benefit: a latency gain too small for its polling is not paying") {
-  Tuner t(fast(Policy::balanced), 20000);
-  REQUIRE(t.decide(obs_of(20000, 1.0, 20000, 0.0, 100)).guest_halt_poll_ns == 40000);
-  // 50 % better latency, but at 100 wakes/s for 8 % more polling: ratio 10 µs×100/0.08e9 ≈ 0.0125.
-  auto d = t.decide(obs_of(40000, 9.0, 10000, 0.0, 100));
-  CHECK(d.action == Action::revert);
-}
-
-TEST_CASE("step limits, start value and bounds") {
-  TunerParams p = fast(Policy::latency);
-  p.target_wake_latency_ns = 1000;
-  Tuner t(p, 0);
-  auto d = t.decide(obs_of(0, 0.0, 20000));
-  CHECK(d.guest_halt_poll_ns == p.start_ns);  // from 0 the first step is start_ns
-  t.reset(250000);
-  d = t.decide(obs_of(250000, 0.0, 20000));
-  CHECK(d.guest_halt_poll_ns == 350000);  // ×2 limited by max_step_ns
-  t.reset(390000);
-  d = t.decide(obs_of(390000, 0.0, 20000));
-  CHECK(d.guest_halt_poll_ns == p.max_ns);
-  t.reset(p.max_ns);
-  d = t.decide(obs_of(p.max_ns, 0.0, 20000));
-  CHECK(d.action == Action::hold);
-  CHECK(d.reason.find("max_ns") != std::string::npos);
-}
-
-TEST_CASE("latency policy holds inside the hysteresis band") {
-  TunerParams p = fast(Policy::latency);
-  p.target_wake_latency_ns = 10000;
-  Tuner t(p, 50000);
-  for (double lat : {9500.0, 10500.0, 10900.0, 9100.0}) {
-    auto d = t.decide(obs_of(50000, 5.0, lat));
-    CHECK(d.action == Action::hold);
-    CHECK(d.guest_halt_poll_ns == 50000);
-  }
-  CHECK(t.decide(obs_of(50000, 5.0, 5000)).action == Action::shrink);
-}
-
-TEST_CASE("budget policy shrinks proportionally, limited by the step factor") {
-  Tuner t(fast(Policy::budget), 200000);
-  auto d = t.decide(obs_of(200000, 80.0, 2000));
-  CHECK(d.action == Action::shrink);
-  CHECK(d.guest_halt_poll_ns == 100000);
-  CHECK(d.reason.find("budget") != std::string::npos);
-  // Within budget but above the lower band: hold.
-  d = t.decide(obs_of(100000, 9.5, 2000));
-  CHECK(d.action == Action::hold);
-}
-
-TEST_CASE("missing signals hold with a reason instead of guessing") {
-  Tuner t(fast(Policy::balanced), 50000);
-  auto d = t.decide(obs_of(50000, std::nullopt, 20000));
-  CHECK(d.action == Action::hold);
-  CHECK(d.reason.find("no poll-CPU signal") != std::string::npos);
-  d = t.decide(obs_of(50000, 1.0, std::nullopt));
-  CHECK(d.action == Action::hold);
-  CHECK(d.reason.find("no latency signal") != std::string::npos);
 }
 
 TEST_CASE("a value changed behind the tuner's back restarts it from that value") {
-  Tuner t(fast(Policy::balanced), 50000);
-  auto d = t.decide(obs_of(120000, 1.0, 20000));
-  CHECK(d.previous_ns == 120000);
-  CHECK(d.reason.find("restarting") != std::string::npos);
+  Tuner t(TunerParams{}, 0);
+  drive(t, db_client, 12);
+  auto d = t.decide(synth(25000, db_client));
+  CHECK(d.reason.find("value in force is 25000 ns") != std::string::npos);
+  CHECK(d.previous_ns == 25000);
 }
 
-// ---- closed loop against the simulated guest ----
+TEST_CASE("no kernel counters: hold with the reason") {
+  Tuner t(TunerParams{}, 30000);
+  Observation o;
+  o.current_ns = 30000;
+  o.elapsed_ns = 1'000'000'000;
+  auto d = t.decide(o);
+  CHECK(d.action == Action::hold);
+  CHECK(d.guest_halt_poll_ns == 30000);
+  CHECK(d.reason.find("no kernel idle counters") != std::string::npos);
+}
+
+TEST_CASE("grow_start follows a small cap only when managed") {
+  TunerParams p;
+  Tuner t(p);
+  CHECK(!t.grow_start_for(25000));
+  p.manage_grow_start = true;
+  p.kernel_grow_start_ns = 50000;
+  t.set_params(p);
+  CHECK(t.grow_start_for(25000) == 12500u);
+  CHECK(t.grow_start_for(200000) == 50000u);
+  CHECK(t.grow_start_for(0) == 50000u);
+}
+
+TEST_CASE("latency policy: the lowest rung whose halt-exit wait per wake-up meets the target") {
+  TunerParams p;
+  p.policy = Policy::latency;
+  p.target_wake_latency_ns = 3000;  // at 20 µs per halt: at most 15 % of wake-ups may halt
+  Tuner t(p, 0);
+  // The timer: halting at every cap below 150 µs, so only 200000 meets the target.
+  auto tr = drive(t, timer150, 12, 20000.0);
+  INFO(tr.log());
+  CHECK(tr.values.back() == 200000);
+  // Without a measured penalty it still favours latency (fewest halts) and says so.
+  Tuner u(p, 0);
+  auto tu = drive(u, timer150, 12);
+  INFO(tu.log());
+  CHECK(tu.values.back() >= 200000);
+}
+
+// ---- closed loops against the simulated guest ----
 
 namespace {
 
 struct LoopResult {
-  double poll_cpu = 0;  // mean of the busiest CPU's poll share over the tail, %
-  double latency = 0;   // mean p90 over the tail, ns
+  double poll_cpu = 0;      // busiest CPU, mean over the tail
+  double us_per_op = 0;     // closed loop: round-trip time over the tail
   std::uint32_t final_ns = 0;
+  int changes_in_tail = 0;
 };
 
-LoopResult run_loop(LoadModel load, TunerParams p, std::uint32_t start_ns, int ticks, int tail,
-                    double steal = 0, std::uint64_t seed = 7) {
+LoopResult run_loop(LoadModel load, const TunerParams& p, std::uint32_t start, int ticks, int tail,
+                    bool ebpf = false) {
   GuestModelParams gp;
-  gp.steal_percent = steal;
-  SimulatedGuest guest(std::move(load), 2, gp, seed);
-  Tuner t(p, start_ns);
+  gp.ebpf = ebpf;
+  SimulatedGuest g(std::move(load), 2, gp, 7);
+  Tuner t(p, start);
   LoopResult r;
+  double trips = 0, secs = 0;
+  std::uint32_t last = start;
   for (int i = 0; i < ticks; ++i) {
-    const std::uint32_t cap = t.current_ns();
-    Observation o = guest.run(50'000'000, cap, p.percentile);
-    t.decide(o);
+    Observation o = g.run(200'000'000, t.current_ns(), 90);
+    if (ebpf) o.halt_exit_penalty_ns = 20000;
+    Decision d = t.decide(o);
     if (i >= ticks - tail) {
       r.poll_cpu += *o.poll_cpu_percent / tail;
-      r.latency += *o.wake_latency_ns / tail;
+      trips += static_cast<double>(g.last_round_trips());
+      secs += 0.2;
+      r.changes_in_tail += d.guest_halt_poll_ns != last;
     }
+    last = d.guest_halt_poll_ns;
   }
+  r.us_per_op = trips > 0 ? secs * 1e6 / trips : 0;
   r.final_ns = t.current_ns();
   return r;
 }
 
-LoopResult run_static(LoadModel load, std::uint32_t ns, int ticks, int tail) {
+LoopResult run_static(LoadModel load, std::uint32_t ns, int ticks = 20) {
   TunerParams p;
   p.policy = Policy::static_value;
   p.static_ns = ns;
-  return run_loop(std::move(load), p, ns, ticks, tail);
+  return run_loop(std::move(load), p, ns, ticks, ticks / 2);
 }
 
 }  // namespace
 
-TEST_CASE("closed loop: balanced keeps the pipe load's latency near static 200000") {
-  auto ref = run_static(LoadModel::pipe(), 200000, 40, 20);
-  TunerParams p;  // defaults: balanced
-  auto r = run_loop(LoadModel::pipe(), p, 0, 150, 100);
-  INFO("static 200000: p90 " << ref.latency << " ns, poll " << ref.poll_cpu << "%; balanced: p90 " << r.latency
-                              << " ns, poll " << r.poll_cpu << "%, final " << r.final_ns);
-  CHECK(r.latency <= 1.2 * ref.latency + 500);
-  CHECK(r.final_ns > 0);
+TEST_CASE("model: the closed-loop pipe reproduces the real guest's response (44 vs 6 us/op)") {
+  const auto at0 = run_static(LoadModel::pipe_closed(), 0);
+  const auto at10 = run_static(LoadModel::pipe_closed(), 10000);
+  const auto at200 = run_static(LoadModel::pipe_closed(), 200000);
+  INFO("us/op: 0 -> " << at0.us_per_op << ", 10000 -> " << at10.us_per_op << ", 200000 -> " << at200.us_per_op);
+  CHECK(at0.us_per_op == Approx(44.2).epsilon(0.15));
+  CHECK(at200.us_per_op == Approx(6.1).epsilon(0.2));
+  // The knee: a cap below the halted periods stays at the halting speed.
+  CHECK(at10.us_per_op > 0.8 * at0.us_per_op);
 }
 
-TEST_CASE("closed loop: budget 10% holds the 150us timer load under 12% while static 200000 polls far more") {
-  auto ref = run_static(LoadModel::timer_150us(), 200000, 40, 20);
-  TunerParams p;
-  p.policy = Policy::budget;
-  p.max_poll_cpu_percent = 10;
-  auto r = run_loop(LoadModel::timer_150us(), p, 200000, 200, 150);
-  INFO("static 200000 polls " << ref.poll_cpu << "%; budget polls " << r.poll_cpu << "%, final " << r.final_ns);
-  CHECK(r.poll_cpu <= 12);
-  CHECK(ref.poll_cpu >= 30);
+TEST_CASE("model: balanced drives the closed-loop pipe to within 1.15 x of the best static") {
+  for (bool ebpf : {false, true}) {
+    double best = 1e9;
+    for (std::uint32_t ns : {0u, 25000u, 50000u, 100000u, 200000u, 400000u})
+      best = std::min(best, run_static(LoadModel::pipe_closed(), ns).us_per_op);
+    // From 0, and from the kernel's default 200000 where the loop already polls and rarely halts
+    // (a busy guest is swept, not sent to the bottom as an idle one would be).
+    for (std::uint32_t start : {0u, 200000u}) {
+      const auto r = run_loop(LoadModel::pipe_closed(), TunerParams{}, start, 60, 40, ebpf);
+      INFO("ebpf " << ebpf << ", start " << start << ": best static " << best << " us/op; balanced " << r.us_per_op
+                   << " us/op at " << r.final_ns << " ns");
+      CHECK(r.final_ns >= 25000);
+      CHECK(r.us_per_op <= 1.15 * best);
+      CHECK(r.changes_in_tail == 0);
+    }
+  }
 }
 
-TEST_CASE("closed loop: an idle guest polls at most 1% under balanced") {
-  TunerParams p;
-  auto r = run_loop(LoadModel::idle_guest(), p, 200000, 200, 150);
+TEST_CASE("model: the 150 us timer stays at <= 50000 and polls under 3 % under balanced and budget") {
+  for (Policy pol : {Policy::balanced, Policy::budget}) {
+    for (bool ebpf : {false, true}) {
+      TunerParams p;
+      p.policy = pol;
+      const auto r = run_loop(LoadModel::timer_150us(), p, 200000, 60, 40, ebpf);
+      INFO(to_string(pol) << " ebpf " << ebpf << ": poll " << r.poll_cpu << "%, final " << r.final_ns);
+      CHECK(r.final_ns <= 50000);
+      CHECK(r.poll_cpu <= 3.0);
+      CHECK(run_static(LoadModel::timer_150us(), 200000).poll_cpu >= 30);
+    }
+  }
+}
+
+TEST_CASE("model: an idle guest polls at most 0.5 % under balanced") {
+  const auto r = run_loop(LoadModel::idle_guest(), TunerParams{}, 200000, 60, 40);
   INFO("idle: poll " << r.poll_cpu << "%, final " << r.final_ns);
-  CHECK(r.poll_cpu <= 1.0);
+  CHECK(r.poll_cpu <= 0.5);
+  CHECK(r.final_ns == 0);
 }
 
-TEST_CASE("closed loop: a contended host drives the value down") {
-  TunerParams p;
-  auto r = run_loop(LoadModel::pipe(), p, 200000, 30, 10, 30.0);
-  CHECK(r.final_ns <= p.start_ns);
-}
