@@ -165,7 +165,8 @@ void require_absolute(const std::string& value, const char* path, bool allow_emp
   if (value.find('\0') != std::string::npos) throw ConfigError(path, "contains a NUL byte");
 }
 
-constexpr std::uint64_t kMaxWindowNs = 100'000'000;  // 100 ms: far beyond any useful poll window
+constexpr std::uint64_t kMaxWindowNs = 100'000'000;
+constexpr double kMinProbeRateHz = 0.01;  // one probe per CPU every 100 s  // 100 ms: far beyond any useful poll window
 
 }  // namespace
 
@@ -204,6 +205,9 @@ Config apply_config_json(const json& j, const Config& base) {
     r.boolean("guest_halt_poll_allow_shrink", c.pool.guest_halt_poll_allow_shrink);
   });
   root.object("probe", [&](ObjectReader& r) { r.number("rate_hz", c.probe.rate_hz, 0.0, 10000.0); });
+  // A rate near 0 makes the mean gap (1/rate) overflow the prober's nanosecond clock arithmetic.
+  if (c.probe.rate_hz > 0 && c.probe.rate_hz < kMinProbeRateHz)
+    throw ConfigError("/probe/rate_hz", "expected 0 (off) or a rate in [0.01, 10000]");
   root.object("tuner", [&](ObjectReader& r) {
     r.string_one_of("policy", [&](const std::string& s) { c.tuner.policy = s; },
                     {"static", "latency", "budget", "balanced"});
@@ -218,6 +222,12 @@ Config apply_config_json(const json& j, const Config& base) {
   root.object("metrics", [&](ObjectReader& r) {
     r.string("textfile", c.metrics.textfile);
     require_absolute(c.metrics.textfile, "/metrics/textfile", true);
+    // node_exporter reads only *.prom; requiring the name keeps the daemon's own files (state,
+    // socket, lock) and any system file out of reach of a rename that runs as root every tick.
+    const std::string& t = c.metrics.textfile;
+    const std::string name = t.substr(t.rfind('/') + 1);
+    if (!t.empty() && (name.size() <= 5 || name.front() == '.' || !name.ends_with(".prom")))
+      throw ConfigError("/metrics/textfile", "expected a file name ending in .prom (not starting with a dot), got \"" + name + "\"");
   });
   root.object("log", [&](ObjectReader& r) {
     r.string_one_of("level", [&](const std::string& s) { c.log.level = s; },
@@ -278,7 +288,8 @@ nlohmann::json to_json(const Config& c) {
 
 const std::vector<std::string>& restart_only_paths() {
   static const std::vector<std::string> paths = {
-      "/mode", "/cpus", "/sysfs_root", "/state_dir", "/socket/path", "/socket/mode", "/pool/policy",
+      "/mode", "/cpus", "/sysfs_root", "/state_dir", "/socket/path", "/socket/mode", "/socket/admin_group",
+      "/metrics/textfile", "/pool/policy",
       "/pool/guest_halt_poll_ns", "/pool/guest_halt_poll_grow", "/pool/guest_halt_poll_shrink",
       "/pool/guest_halt_poll_grow_start", "/pool/guest_halt_poll_allow_shrink"};
   return paths;

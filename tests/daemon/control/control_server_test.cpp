@@ -261,19 +261,38 @@ TEST_CASE("control: SIGHUP applies a good file and keeps the running config on a
   CHECK(d.stop() == 0);
 }
 
+namespace {
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+bool wait_for_regular(const std::string& path, std::chrono::milliseconds timeout = 10s) {
+  for (auto end = std::chrono::steady_clock::now() + timeout; std::chrono::steady_clock::now() < end;
+       std::this_thread::sleep_for(50ms)) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return true;
+  }
+  return false;
+}
+}  // namespace
+
 TEST_CASE("control: SIGTERM and SIGINT remove the socket, the textfile and free the lock") {
   for (int sig : {SIGTERM, SIGINT}) {
+    const std::string dir = daemontest::make_temp_dir();
+    const std::string prom = dir + "/haltpolld.prom";
     json cfg = kFast;
+    cfg["metrics"]["textfile"] = prom;
     Daemon d(cfg);
-    std::string prom = d.dir + "/haltpolld.prom";
     RawClient c(d.socket);
-    REQUIRE(error_of(c.call("io.haltpolld.SetConfig", {{"config", {{"metrics", {{"textfile", prom}}}}}})).empty());
-    // Written at the next tick (200 ms).
-    for (int i = 0; i < 100 && !std::filesystem::exists(prom); ++i) std::this_thread::sleep_for(50ms);
-    REQUIRE(std::filesystem::exists(prom));
-    std::ifstream in(prom);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    CHECK(text.find("haltpoll_info{") != std::string::npos);
+    REQUIRE(wait_for_regular(prom));
+    CHECK(slurp(prom).find("haltpoll_info{") != std::string::npos);
+    // 0644 whatever the umask (the unit's is 0077): node_exporter runs as another user.
+    struct stat st {};
+    REQUIRE(::stat(prom.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0644);
+    auto other = testsupport::run({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/cat", prom});
+    CHECK(other.code == 0);
+    CHECK(other.out.find("haltpoll_info{") != std::string::npos);
     CHECK(d.stop(sig) == 0);
     CHECK(d.proc->err().find("stopped") != std::string::npos);
     CHECK_FALSE(std::filesystem::exists(d.socket));
@@ -282,7 +301,74 @@ TEST_CASE("control: SIGTERM and SIGINT remove the socket, the textfile and free 
     // The lock is free: a new instance starts on the same socket.
     d.start();
     CHECK(d.stop() == 0);
+    std::filesystem::remove_all(dir);
   }
+}
+
+TEST_CASE("hardening: metrics.textfile is restart-only, a .prom name, and never written through what is planted there") {
+  const std::string dir = daemontest::make_temp_dir();
+  const std::string prom = dir + "/haltpolld.prom";
+  const std::string victim = dir + "/victim";
+  std::ofstream(victim) << "precious\n";
+  SECTION("pointed at the daemon's own state file or lock: refused at start") {
+    Daemon probe(kFast);
+    const std::string state = probe.dir + "/haltpoll-params.json";
+    probe.stop();
+    for (const std::string& t : {state, probe.socket + ".lock", probe.socket}) {
+      std::ofstream(probe.config_file) << json{{"metrics", {{"textfile", t}}}}.dump();
+      auto r = testsupport::run({HALTPOLLD_BIN, "--config", probe.config_file, "--socket", probe.socket, "--sysfs-root", probe.sysfs});
+      CHECK(r.code == 3);
+      CHECK(r.err.find("/metrics/textfile") != std::string::npos);
+    }
+  }
+  SECTION("SetConfig cannot move it") {
+    json cfg = kFast;
+    cfg["metrics"]["textfile"] = prom;
+    Daemon d(cfg);
+    RawClient c(d.socket);
+    auto r = c.call("io.haltpolld.SetConfig", {{"config", {{"metrics", {{"textfile", dir + "/other.prom"}}}}}});
+    CHECK(error_of(r) == "io.haltpolld.RestartRequired");
+    CHECK(d.stop() == 0);
+  }
+  SECTION("a FIFO and a symlink planted at the name are replaced, never opened") {
+    REQUIRE(::mkfifo(prom.c_str(), 0666) == 0);
+    const std::string prom2 = dir + "/second.prom";
+    std::filesystem::create_symlink(victim, prom2);
+    json cfg = kFast;
+    cfg["metrics"]["textfile"] = prom;
+    Daemon d(cfg);
+    REQUIRE(wait_for_regular(prom));
+    CHECK(d.alive());  // the control thread did not block on the FIFO
+    CHECK(d.stop() == 0);
+    cfg["metrics"]["textfile"] = prom2;
+    d.write_config(cfg);
+    d.start();
+    REQUIRE(wait_for_regular(prom2));
+    CHECK(slurp(victim) == "precious\n");
+    CHECK(d.stop() == 0);
+    CHECK(slurp(victim) == "precious\n");
+  }
+  SECTION("at stop only the file the daemon wrote is removed") {
+    // One tick an hour: the file is written once, at start, and not again before the stop.
+    json cfg = {{"tuner", {{"interval_ms", 3600000}}}, {"metrics", {{"textfile", prom}}}};
+    Daemon d(cfg);
+    REQUIRE(wait_for_regular(prom));
+    // Someone swaps in a symlink to a victim: at the stop neither it nor its target goes.
+    std::filesystem::remove(prom);
+    std::filesystem::create_symlink(victim, prom);
+    CHECK(d.stop() == 0);
+    CHECK(std::filesystem::is_symlink(prom));
+    CHECK(slurp(victim) == "precious\n");
+    // Or another regular file: not the daemon's either.
+    std::filesystem::remove(prom);
+    d.start();
+    REQUIRE(wait_for_regular(prom));
+    std::filesystem::remove(prom);
+    std::ofstream(prom) << "someone else's\n";
+    CHECK(d.stop() == 0);
+    CHECK(slurp(prom) == "someone else's\n");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("control: a second instance on the same socket is refused clearly") {
@@ -292,6 +378,28 @@ TEST_CASE("control: a second instance on the same socket is refused clearly") {
   CHECK(second.err.find("already running") != std::string::npos);
   CHECK(d.alive());
   CHECK(d.stop() == 0);
+}
+
+TEST_CASE("hardening: a second instance on another socket but the same sysfs root or state directory is refused") {
+  Daemon d(kFast);
+  const std::string other = daemontest::make_temp_dir();
+  // Same sysfs root, another socket (and so another default state directory).
+  auto same_root = testsupport::run({HALTPOLLD_BIN, "--config", d.config_file, "--socket", other + "/s", "--sysfs-root", d.sysfs});
+  CHECK(same_root.code == 4);
+  CHECK(same_root.err.find("sysfs root " + d.sysfs) != std::string::npos);
+  // Another root, but the first one's state directory.
+  std::ofstream(other + "/c.json") << json{{"state_dir", d.dir}}.dump();
+  std::filesystem::create_directories(other + "/sysfs");
+  auto same_state = testsupport::run({HALTPOLLD_BIN, "--config", other + "/c.json", "--socket", other + "/s", "--sysfs-root", other + "/sysfs"});
+  CHECK(same_state.code == 4);
+  CHECK(same_state.err.find("state directory " + d.dir) != std::string::npos);
+  // A bind mount or symlink to the same root is the same directory.
+  std::filesystem::create_directory_symlink(d.sysfs, other + "/alias");
+  auto alias = testsupport::run({HALTPOLLD_BIN, "--config", d.config_file, "--socket", other + "/s", "--sysfs-root", other + "/alias"});
+  CHECK(alias.code == 4);
+  CHECK(d.alive());
+  CHECK(d.stop() == 0);
+  std::filesystem::remove_all(other);
 }
 
 TEST_CASE("control: start-up refusals") {
