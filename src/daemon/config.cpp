@@ -193,6 +193,7 @@ Config apply_config_json(const json& j, const Config& base) {
     if (c.socket.mode > 0777) throw ConfigError("/socket/mode", "only permission bits (at most 0777) are allowed");
     r.string("admin_group", c.socket.admin_group);
     r.integer("max_connections", c.socket.max_connections, 1, 4096);
+    r.integer("max_connections_per_uid", c.socket.max_connections_per_uid, 1, 4096);
     r.integer("idle_timeout_ms", c.socket.idle_timeout_ms, 100, 86'400'000);
   });
   root.object("pool", [&](ObjectReader& r) {
@@ -265,6 +266,7 @@ nlohmann::json to_json(const Config& c) {
                 {"mode", format_octal_mode(c.socket.mode)},
                 {"admin_group", c.socket.admin_group},
                 {"max_connections", c.socket.max_connections},
+                {"max_connections_per_uid", c.socket.max_connections_per_uid},
                 {"idle_timeout_ms", c.socket.idle_timeout_ms}}},
               {"pool",
                {{"policy", c.pool.policy},

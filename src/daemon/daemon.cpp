@@ -164,6 +164,7 @@ ControlServerOptions Daemon::Impl::server_options(const Config& c) const {
   o.mode = c.socket.mode;
   o.admin_gid = admin_gid_of(c);
   o.max_connections = c.socket.max_connections;
+  o.max_connections_per_uid = c.socket.max_connections_per_uid;
   o.idle_timeout_ms = c.socket.idle_timeout_ms;
   return o;
 }
@@ -519,6 +520,9 @@ int Daemon::Impl::run() {
   io_.run();
 
   notify::stopping();
+  // Clients first: their descriptors must not starve the restore (EMFILE), and nobody may change
+  // a setting while the originals go back.
+  if (server_) server_->stop();
   notify::status("stopping: restoring kernel parameters");
   if (controller_) {
     try {
@@ -527,7 +531,6 @@ int Daemon::Impl::run() {
       spdlog::error("restoring the kernel parameters failed: {}", e.what());
     }
   }
-  if (server_) server_->stop();
   if (pool_) pool_->shutdown(haltpoll::ShutdownMode::cancel);
   // A stale textfile would keep reporting the last values as if the daemon still ran.
   remove_textfile();

@@ -1,6 +1,11 @@
 // The real haltpolld binary on a real socket: every method, every error, the bounds, the signals.
 #include "daemon_fixture.hpp"
 
+#include <grp.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -434,5 +439,150 @@ TEST_CASE("control: members of socket.admin_group may change settings (primary o
   struct stat st {};
   REQUIRE(::stat(d.socket.c_str(), &st) == 0);
   CHECK(st.st_gid == 65534u);
+  CHECK(d.stop() == 0);
+}
+
+namespace {
+
+// Forks a child that becomes `uid`, opens `n` connections and on each starts a Watch it never
+// reads, then pushes as many 60 KiB calls behind it as the socket takes without blocking. It
+// reports how many connections it got and stays until killed.
+pid_t hostile(const std::string& path, uid_t uid, int n, int report) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  if (::setgroups(0, nullptr) != 0 || ::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0) _exit(2);
+  const std::string watch = json{{"method", "io.haltpolld.Watch"}, {"more", true},
+                                 {"parameters", {{"interval_ms", 100}, {"histogram", true}}}}.dump() + std::string(1, '\0');
+  const std::string big = json{{"method", "io.haltpolld.GetStatus"}, {"parameters", {{"junk", std::string(60000, 'x')}}}}.dump() +
+                          std::string(1, '\0');
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) continue;
+    (void)!::send(fd, watch.data(), watch.size(), MSG_NOSIGNAL);
+    for (int k = 0; k < 64; ++k)
+      if (::send(fd, big.data(), big.size(), MSG_NOSIGNAL) <= 0) break;
+    fds.push_back(fd);
+  }
+  const char c = static_cast<char>(fds.size());
+  (void)!::write(report, &c, 1);
+  for (;;) ::pause();
+}
+
+long status_kib(pid_t pid, const char* key) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(key, 0) == 0) return std::stol(line.substr(std::strlen(key) + 1));
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("hardening: 128 hostile Watch clients neither lock out an admin nor grow the daemon") {
+  if (::geteuid() != 0) {
+    WARN("not root: cannot run clients as other uids; skipped");
+    return;
+  }
+  Daemon d(json{{"socket", {{"mode", "0666"}, {"idle_timeout_ms", 5000}}}, {"tuner", {{"interval_ms", 200}}}});
+  const long rss_before = status_kib(d.proc->pid(), "VmRSS:");
+  int report[2];
+  REQUIRE(::pipe(report) == 0);
+  // Killed and reaped whatever happens to the test.
+  struct Children {
+    std::vector<pid_t> pids;
+    ~Children() {
+      for (pid_t p : pids) {
+        ::kill(p, SIGKILL);
+        ::waitpid(p, nullptr, 0);
+      }
+    }
+  } guard;
+  std::vector<pid_t>& children = guard.pids;
+  int got = 0;
+  // Four uids of 32 each: the per-uid cap (32) and the admin reserve (8 of 128) hold them to 120.
+  for (uid_t uid : {60001u, 60002u, 60003u, 60004u}) {
+    children.push_back(hostile(d.socket, uid, 32, report[1]));
+    char c = 0;
+    REQUIRE(::read(report[0], &c, 1) == 1);
+    got += c;
+  }
+  // A fifth uid's one connection: only the reserved slots are left, and it is not an admin.
+  children.push_back(hostile(d.socket, 60005, 1, report[1]));
+  char c = 0;
+  REQUIRE(::read(report[0], &c, 1) == 1);
+  got += c;
+  CAPTURE(got);
+  // A sixth uid, at once (before any stalled stream times out): refused, and told why.
+  {
+    const pid_t p = ::fork();
+    if (p == 0) {
+      if (::setresgid(60006, 60006, 60006) != 0 || ::setresuid(60006, 60006, 60006) != 0) _exit(2);
+      RawClient late(d.socket);
+      if (!late.connected()) _exit(6);
+      auto r = late.recv_message(10s);
+      if (!r) _exit(3);
+      if (r->value("error", "") != "io.haltpolld.TooManyConnections") _exit(4);
+      _exit(r->at("parameters").value("reason", "").find("reserved") != std::string::npos ? 0 : 5);
+    }
+    int st = 0;
+    ::waitpid(p, &st, 0);
+    CAPTURE(st >> 8);
+    CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  }
+  // Root still gets a reserved slot, and its admin call succeeds.
+  RawClient admin(d.socket);
+  REQUIRE(admin.connected());
+  auto reset = admin.call("io.haltpolld.ResetStats");
+  CHECK(error_of(reset).empty());
+  auto status = admin.call("io.haltpolld.GetStatus")["parameters"];
+  CHECK(status["control"]["connections"].get<int>() <= 121);
+  // Nobody reads the streams: each is closed once its replies stop moving for idle_timeout_ms.
+  int open = 1000;
+  for (int i = 0; i < 200 && open > 1; ++i) {
+    std::this_thread::sleep_for(100ms);
+    open = admin.call("io.haltpolld.GetStatus")["parameters"]["control"]["connections"].get<int>();
+  }
+  CHECK(open == 1);
+  const long hwm = status_kib(d.proc->pid(), "VmHWM:");
+  CAPTURE(rss_before, hwm);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  WARN("sanitizer build: shadow memory inflates RSS; the 32 MiB bound is checked in the dev build");
+#else
+  CHECK(hwm < 32 * 1024);
+#endif
+  CHECK(d.alive());
+  ::close(report[0]);
+  ::close(report[1]);
+  CHECK(d.stop() == 0);
+}
+
+TEST_CASE("hardening: a client that half-closes still gets every reply") {
+  Daemon d(kFast);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, d.socket.c_str(), sizeof a.sun_path - 1);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const std::string calls =
+      json{{"method", "io.haltpolld.Watch"}, {"more", true}, {"parameters", {{"interval_ms", 100}, {"count", 3}}}}.dump() +
+      std::string(1, '\0') + json{{"method", "io.haltpolld.GetConfig"}}.dump() + std::string(1, '\0');
+  REQUIRE(::send(fd, calls.data(), calls.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(calls.size()));
+  REQUIRE(::shutdown(fd, SHUT_WR) == 0);
+  std::string all;
+  char buf[65536];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) <= 0) break;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;  // EOF: the daemon closed after the last reply
+    all.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  CHECK(std::count(all.begin(), all.end(), '\0') == 4);  // three Watch replies and GetConfig's
+  CHECK(all.find("\"config\"") != std::string::npos);
   CHECK(d.stop() == 0);
 }
