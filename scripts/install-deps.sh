@@ -16,9 +16,10 @@ done
 
 # Host build, tests and benchmarks. liburcu-dev is the baseline bench_hazard compares against;
 # systemd gives systemd-analyze for the unit checks; util-linux gives setpriv for permission tests;
-# spin model-checks the Parker (tests/model/parker.pml, a unit test).
+# spin model-checks the Parker (tests/model/parker.pml, a unit test); mmdebstrap builds the Debian
+# tree in which tests/systemd boots a real systemd (from the host's apt sources, cached).
 pkgs=(cmake make g++ pkg-config libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
-      catch2 libsystemd-dev liburcu-dev systemd util-linux procps spin)
+      catch2 libsystemd-dev liburcu-dev systemd util-linux procps spin mmdebstrap)
 if [ "$want_arm64" = 1 ]; then
   # Multiarch: the arm64 builds of the compiled libraries come from Debian's own :arm64 packages,
   # so no x86 library can end up in an arm64 link. Header-only packages (Boost, nlohmann-json,

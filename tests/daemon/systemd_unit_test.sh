@@ -1,16 +1,16 @@
 #!/bin/sh
 # Checks systemd/haltpolld.service: `systemd-analyze verify` accepts it and
 # `systemd-analyze security --offline=yes` scores it at most MAX (2.0 by default).
-# Usage: systemd_unit_test.sh UNIT HALTPOLLD_BIN [MAX_SCORE_TIMES_10]
+# Usage: systemd_unit_test.sh UNIT HALTPOLLD_BIN [MAX_SCORE_TIMES_10] [HALTPOLLCTL_BIN]
 set -eu
-unit="$1"; bin="$2"; max="${3:-20}"
+unit="$1"; bin="$2"; max="${3:-20}"; ctl="${4:-$(dirname "$bin")/../ctl/haltpollctl}"
 if ! command -v systemd-analyze >/dev/null 2>&1; then
   echo "systemd-analyze not installed: skipped"; exit 77
 fi
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-# verify wants ExecStart to exist: point it at the binary under test.
-sed "s#/usr/sbin/haltpolld#$bin#" "$unit" > "$dir/haltpolld.service"
+# verify wants ExecStart and ExecReload to exist: point them at the binaries under test.
+sed -e "s#/usr/sbin/haltpolld#$bin#" -e "s#/usr/bin/haltpollctl#$ctl#" "$unit" > "$dir/haltpolld.service"
 systemd-analyze verify --man=no "$dir/haltpolld.service"
 out="$(systemd-analyze security --offline=yes "$dir/haltpolld.service" 2>&1)" || true
 echo "$out" | tail -1
