@@ -74,6 +74,11 @@ cat > "$root/etc/systemd/system/haltpolld.service.d/test.conf" <<'CONF'
 WatchdogSec=2s
 RestartSec=1s
 CONF
+# The admin-group setup exactly as docs/operations.md documents it.
+cat > "$root/etc/systemd/system/haltpolld.service.d/admin-group.conf" <<'CONF'
+[Service]
+SupplementaryGroups=haltpoll-admin
+CONF
 cat > "$root/etc/haltpolld/haltpolld.json" <<'JSON'
 {
   "mode": "kernel",
