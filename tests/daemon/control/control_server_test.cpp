@@ -487,7 +487,9 @@ TEST_CASE("hardening: 128 hostile Watch clients neither lock out an admin nor gr
     WARN("not root: cannot run clients as other uids; skipped");
     return;
   }
-  Daemon d(json{{"socket", {{"mode", "0666"}, {"idle_timeout_ms", 5000}}}, {"tuner", {{"interval_ms", 200}}}});
+  // A long idle timeout while the clients pile up (slow on a loaded machine), so that no stalled
+  // stream frees its slot before the limits are checked; then a short one for the stall check.
+  Daemon d(json{{"socket", {{"mode", "0666"}, {"idle_timeout_ms", 600000}}}, {"tuner", {{"interval_ms", 200}}}});
   const long rss_before = status_kib(d.proc->pid(), "VmRSS:");
   int report[2];
   REQUIRE(::pipe(report) == 0);
@@ -541,6 +543,7 @@ TEST_CASE("hardening: 128 hostile Watch clients neither lock out an admin nor gr
   auto status = admin.call("io.haltpolld.GetStatus")["parameters"];
   CHECK(status["control"]["connections"].get<int>() <= 121);
   // Nobody reads the streams: each is closed once its replies stop moving for idle_timeout_ms.
+  REQUIRE(error_of(admin.call("io.haltpolld.SetConfig", {{"config", {{"socket", {{"idle_timeout_ms", 1000}}}}}})).empty());
   int open = 1000;
   for (int i = 0; i < 200 && open > 1; ++i) {
     std::this_thread::sleep_for(100ms);
