@@ -55,7 +55,7 @@ struct ControlServerOptions {
   std::size_t max_message_bytes = varlink::kMaxMessageBytes;
   std::size_t max_write_queue_bytes = 4 * 1024 * 1024;
   std::size_t read_pause_bytes = 64 * 1024;  // unread replies beyond which no new call is read
-  int send_buffer_bytes = 16 * 1024;         // SO_SNDBUF of each connection (kernel memory per client)
+  int send_buffer_bytes = 8 * 1024;          // SO_SNDBUF of each connection (kernel memory per client)
   PeerGroupsQuery peer_groups = nullptr;     // nullptr: the real SO_PEERGROUPS
 };
 
