@@ -56,11 +56,13 @@ if(NOT HP_DAEMON)
 endif()
 
 haltpoll_full_dir(_hp_sbindir "${HP_SBINDIR}")
+haltpoll_full_dir(_hp_bindir "${HP_BINDIR}")
 haltpoll_full_dir(_hp_sysconfdir "${HP_SYSCONFDIR}")
 haltpoll_full_dir(_hp_unitdir "${HP_UNITDIR}")
 
 # The same template and variable names as the build tree's unit (HaltpollInstall.cmake).
 set(HALTPOLLD_SBINDIR "${_hp_sbindir}")
+set(HALTPOLLD_BINDIR "${_hp_bindir}")
 set(HALTPOLLD_CONFIG_FILE "${_hp_sysconfdir}/haltpolld/haltpolld.json")
 configure_file("${HP_SOURCE_DIR}/systemd/haltpolld.service.in" "${HP_STAGING_DIR}/haltpolld.service" @ONLY)
 file(INSTALL DESTINATION "${_hp_unitdir}" TYPE FILE FILES "${HP_STAGING_DIR}/haltpolld.service")

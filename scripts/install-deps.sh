@@ -23,11 +23,12 @@ done
 # a skeleton, libbpf-dev (with libelf-dev and zlib1g-dev, its link dependencies) loads it;
 # linux-perf is the cross-check of tests/bpf and scripts/kernel-signals-check.sh.
 # prometheus (with promtool), prometheus-node-exporter, python3 and curl run the fleet tests
-# (tests/fleet, label "fleet").
+# (tests/fleet, label "fleet"); mmdebstrap builds the Debian tree in which tests/systemd boots a
+# real systemd (from the host's apt sources, cached).
 pkgs=(cmake make g++ pkg-config libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
       catch2 libsystemd-dev liburcu-dev systemd util-linux procps spin xz-utils
       clang libbpf-dev bpftool libelf-dev zlib1g-dev linux-perf
-      prometheus prometheus-node-exporter python3 curl)
+      prometheus prometheus-node-exporter python3 curl mmdebstrap)
 if [ "$want_arm64" = 1 ]; then
   # Multiarch: the arm64 builds of the compiled libraries come from Debian's own :arm64 packages,
   # so no x86 library can end up in an arm64 link. Header-only packages (Boost, nlohmann-json,

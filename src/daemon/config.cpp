@@ -60,6 +60,15 @@ void check_absolute(const std::string& v, const std::string& path) {
 void check_absolute_or_empty(const std::string& v, const std::string& path) {
   if (!v.empty()) check_absolute(v, path);
 }
+// node_exporter reads only *.prom; requiring the name keeps the daemon's own files (state, socket,
+// lock) and any system file out of reach of a rename that runs as root every tick.
+void check_textfile(const std::string& v, const std::string& path) {
+  if (v.empty()) return;
+  check_absolute(v, path);
+  const std::string name = v.substr(v.rfind('/') + 1);
+  if (name.size() <= 5 || name.front() == '.' || !name.ends_with(".prom"))
+    throw ConfigError(path, "expected a file name ending in .prom (not starting with a dot), got \"" + name + "\"");
+}
 void check_socket_path(const std::string& v, const std::string& path) {
   if (v.empty()) throw ConfigError(path, "must not be empty");
   // sun_path holds 108 bytes including the terminating NUL.
@@ -123,8 +132,9 @@ void visit_schema(V&& v) {
   v("/state_dir", restart, [](auto& c) -> auto& { return c.state_dir; }, Text{check_absolute_or_empty});
   v("/socket/path", restart, [](auto& c) -> auto& { return c.socket.path; }, Text{check_socket_path});
   v("/socket/mode", restart, [](auto& c) -> auto& { return c.socket.mode; }, FileMode{});
-  v("/socket/admin_group", live, [](auto& c) -> auto& { return c.socket.admin_group; }, Text{});
+  v("/socket/admin_group", restart, [](auto& c) -> auto& { return c.socket.admin_group; }, Text{});
   v("/socket/max_connections", live, [](auto& c) -> auto& { return c.socket.max_connections; }, Integer{1, 4096});
+  v("/socket/max_connections_per_uid", live, [](auto& c) -> auto& { return c.socket.max_connections_per_uid; }, Integer{1, 4096});
   v("/socket/idle_timeout_ms", live, [](auto& c) -> auto& { return c.socket.idle_timeout_ms; }, Integer{100, 86'400'000});
   v("/pool/policy", restart, [](auto& c) -> auto& { return c.pool.policy; }, Choice{{"haltpoll", "adaptive"}});
   v("/pool/window_cap_ns", live, [](auto& c) -> auto& { return c.pool.window_cap_ns; }, Integer{0, kMaxWindowNs});
@@ -148,13 +158,16 @@ void visit_schema(V&& v) {
   v("/tuner/max_ns", live, [](auto& c) -> auto& { return c.tuner.max_ns; }, Integer{0, kMaxWindowNs});
   v("/tuner/min_benefit_ratio", live, [](auto& c) -> auto& { return c.tuner.min_benefit_ratio; }, Number{0.0, 1000.0});
   v("/tuner/manage_grow_start", live, [](auto& c) -> auto& { return c.tuner.manage_grow_start; }, Flag{});
-  v("/metrics/textfile", live, [](auto& c) -> auto& { return c.metrics.textfile; }, Text{check_absolute_or_empty});
+  v("/metrics/textfile", restart, [](auto& c) -> auto& { return c.metrics.textfile; }, Text{check_textfile});
   v("/log/level", live, [](auto& c) -> auto& { return c.log.level; }, Choice{{"trace", "debug", "info", "warn", "error", "critical", "off"}});
   // clang-format on
 }
 
 // Checks across keys, after every key was read.
 void check_whole(const Config& c) {
+  // A rate near 0 makes the mean gap (1/rate) overflow the prober's nanosecond clock arithmetic.
+  if (c.probe.rate_hz > 0 && c.probe.rate_hz < 0.01)
+    throw ConfigError("/probe/rate_hz", "expected 0 (off) or a rate in [0.01, 10000]");
   if (c.tuner.min_ns > c.tuner.max_ns)
     throw ConfigError("/tuner/min_ns", fmt::format("must not exceed tuner.max_ns ({})", c.tuner.max_ns));
 }

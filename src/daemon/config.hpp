@@ -30,6 +30,7 @@ struct Config {
     unsigned mode = 0660;
     std::string admin_group;  // empty: only uid 0 (and the daemon's own uid) may change settings
     unsigned max_connections = 128;
+    unsigned max_connections_per_uid = 32;  // uid 0 and the daemon's uid are not limited
     unsigned idle_timeout_ms = 60000;
     friend bool operator==(const Socket&, const Socket&) = default;
   } socket;

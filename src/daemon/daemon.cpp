@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <csignal>
 #include <ctime>
 #include <optional>
@@ -99,6 +100,8 @@ struct Daemon::Impl final : ControlBackend {
   ControlServerOptions server_options(const Config& c) const;
   std::string status_line() const;
   void write_textfile();
+  void remove_textfile();
+  bool take_locks();
 
   Config config_;
   std::string config_file_;
@@ -108,7 +111,10 @@ struct Daemon::Impl final : ControlBackend {
   asio::steady_timer tick_timer_;
   asio::steady_timer watchdog_timer_;
   varlink::Registry registry_;
-  std::optional<InstanceLock> lock_;
+  std::vector<InstanceLock> locks_;
+  // The textfile's directory, opened once: every write is an openat/renameat into it.
+  std::optional<DirectoryHandle> textfile_dir_;
+  WrittenFile textfile_written_;
   std::unique_ptr<ControlServer> server_;
   std::unique_ptr<haltpoll::WorkerPool> pool_;
   std::unique_ptr<Controller> controller_;
@@ -139,6 +145,7 @@ ControlServerOptions Daemon::Impl::server_options(const Config& c) const {
   o.mode = c.socket.mode;
   o.admin_gid = admin_gid_of(c);
   o.max_connections = c.socket.max_connections;
+  o.max_connections_per_uid = c.socket.max_connections_per_uid;
   o.idle_timeout_ms = c.socket.idle_timeout_ms;
   return o;
 }
@@ -227,15 +234,30 @@ void Daemon::Impl::tick() {
 }
 
 void Daemon::Impl::write_textfile() {
-  if (config_.metrics.textfile.empty()) return;
-  const int e = replace_file_atomically(config_.metrics.textfile, render_prometheus(stats()), {.mode = 0644});
-  const std::string err = e == 0 ? std::string() : errno_message("replace", config_.metrics.textfile, e);
+  const std::string& path = config_.metrics.textfile;
+  if (path.empty()) return;
+  const auto slash = path.rfind('/');
+  int e = 0;
+  if (!textfile_dir_) textfile_dir_ = DirectoryHandle::open(slash == 0 ? "/" : path.substr(0, slash), e);
+  if (textfile_dir_) {
+    e = textfile_dir_->replace(path.substr(slash + 1), render_prometheus(stats()), {.mode = 0644}, &textfile_written_);
+  }
+  const std::string err = e == 0 ? std::string() : errno_message("replace", path, e);
   if (err != textfile_error_) {
     // Log a failure once, and its recovery once, not every tick.
-    if (err.empty()) spdlog::info("metrics textfile {} written again", config_.metrics.textfile);
+    if (err.empty()) spdlog::info("metrics textfile {} written again", path);
     else spdlog::warn("metrics textfile: {}", err);
     textfile_error_ = err;
   }
+}
+
+void Daemon::Impl::remove_textfile() {
+  // Only the file this process wrote: whatever has replaced it since is not ours to delete.
+  if (textfile_dir_ && textfile_written_.valid()) {
+    const std::string& path = config_.metrics.textfile;
+    textfile_dir_->remove_if_same(path.substr(path.rfind('/') + 1), textfile_written_);
+  }
+  textfile_written_ = WrittenFile();
 }
 
 std::string Daemon::Impl::status_line() const {
@@ -254,7 +276,6 @@ void Daemon::Impl::apply(const Config& next) {
   if (server_) server_->update(server_options(next));
   if (pool_ && next.pool.window_cap_ns != config_.pool.window_cap_ns) pool_->set_window_cap_ns(next.pool.window_cap_ns);
   bool interval_changed = next.tuner.interval_ms != config_.tuner.interval_ms;
-  if (next.metrics.textfile != config_.metrics.textfile) textfile_error_.clear();
   Config old = config_;
   config_ = next;
   if (controller_ && controller_options(next).tuner != controller_options(old).tuner) controller_->update(controller_options(next));
@@ -412,17 +433,39 @@ json Daemon::Impl::status() {
   return s;
 }
 
-int Daemon::Impl::run() {
-  spdlog::info("haltpolld {} starting", HALTPOLL_VERSION_STRING);
-  spdlog::info("effective config: {}", to_json(config_).dump());
-
+bool Daemon::Impl::take_locks() {
   std::string why;
   auto lock = InstanceLock::acquire(config_.socket.path + ".lock", why);
   if (!lock) {
     spdlog::critical("{}", why);
-    return ExitCode::already_running;
+    return false;
   }
-  lock_.emplace(std::move(*lock));
+  locks_.push_back(std::move(*lock));
+  // The resources themselves: whatever the socket, one daemon per state directory and sysfs root.
+  const std::string state_dir = effective_state_dir(config_);
+  std::error_code ec;
+  if (!std::filesystem::exists(state_dir, ec) && std::filesystem::create_directories(state_dir, ec))
+    ::chmod(state_dir.c_str(), 0700);
+  std::vector<std::pair<std::string, const char*>> dirs = {{state_dir, "state directory"}};
+  if (config_.sysfs_root != state_dir) dirs.emplace_back(config_.sysfs_root, "sysfs root");
+  for (const auto& [dir, what] : dirs) {
+    auto dir_lock = InstanceLock::acquire_directory(dir, what, why);
+    if (!dir_lock) {
+      spdlog::critical("{}", why);
+      return false;
+    }
+    locks_.push_back(std::move(*dir_lock));
+  }
+  return true;
+}
+
+int Daemon::Impl::run() {
+  spdlog::info("haltpolld {} starting", HALTPOLL_VERSION_STRING);
+  spdlog::info("effective config: {}", to_json(config_).dump());
+
+  // A client that hangs up, or a reader of a file, must not end the daemon without a restore.
+  ::signal(SIGPIPE, SIG_IGN);
+  if (!take_locks()) return ExitCode::already_running;
 
   ControlServerOptions server_opts;
   try {
@@ -469,6 +512,9 @@ int Daemon::Impl::run() {
   io_.run();
 
   notify::stopping();
+  // Clients first: their descriptors must not starve the restore (EMFILE), and nobody may change
+  // a setting while the originals go back.
+  if (server_) server_->stop();
   notify::status("stopping: restoring kernel parameters");
   if (controller_) {
     try {
@@ -477,10 +523,9 @@ int Daemon::Impl::run() {
       spdlog::error("restoring the kernel parameters failed: {}", e.what());
     }
   }
-  if (server_) server_->stop();
   if (pool_) pool_->shutdown(haltpoll::ShutdownMode::cancel);
   // A stale textfile would keep reporting the last values as if the daemon still ran.
-  if (!config_.metrics.textfile.empty()) ::unlink(config_.metrics.textfile.c_str());
+  remove_textfile();
   spdlog::info("stopped");
   return ExitCode::ok;
 }

@@ -36,12 +36,35 @@ std::optional<InstanceLock> InstanceLock::acquire(const std::string& lock_path, 
   return InstanceLock(fd, lock_path);
 }
 
-InstanceLock::InstanceLock(InstanceLock&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) {
+std::optional<InstanceLock> InstanceLock::acquire_directory(const std::string& dir, const std::string& what,
+                                                           std::string& why) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    why = "cannot open " + what + " " + dir + " to lock it: " + std::strerror(errno);
+    return std::nullopt;
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    why = err == EWOULDBLOCK ? "haltpolld is already running for " + what + " " + dir +
+                                   " (another instance holds its lock; see its socket's .lock file for the pid)"
+                             : "cannot lock " + what + " " + dir + ": " + std::strerror(err);
+    return std::nullopt;
+  }
+  return InstanceLock(fd, dir, true);
+}
+
+InstanceLock::InstanceLock(InstanceLock&& other) noexcept
+    : fd_(other.fd_), path_(std::move(other.path_)), directory_(other.directory_) {
   other.fd_ = -1;
 }
 
 InstanceLock::~InstanceLock() {
   if (fd_ < 0) return;
+  if (directory_) {
+    ::close(fd_);
+    return;
+  }
   // Empty the pid but keep the file: unlinking a lock file races with a starting instance.
   if (::ftruncate(fd_, 0) != 0) {
   }

@@ -112,6 +112,17 @@ TEST_CASE("every documented key is accepted and range-checked") {
   CHECK(error_path(R"({"tuner":{"min_ns":5,"max_ns":4}})") == "/tuner/min_ns");
   CHECK(error_path(R"({"tuner":{"target_wake_latency_ns":0}})") == "/tuner/target_wake_latency_ns");
   CHECK(error_path(R"({"metrics":{"textfile":"rel.prom"}})") == "/metrics/textfile");
+  // The textfile is renamed over as root every tick: only a *.prom name, never the daemon's own files.
+  for (const char* t : {"/run/haltpolld/haltpoll-params.json", "/run/haltpolld/io.haltpolld", "/run/haltpolld/io.haltpolld.lock",
+                        "/etc/shadow", "/var/lib/x/.prom", "/var/lib/x/.hidden.prom", "/var/lib/x/h.prom/"}) {
+    INFO(t);
+    CHECK(error_path(R"({"metrics":{"textfile":")" + std::string(t) + R"("}})") == "/metrics/textfile");
+  }
+  // A rate so low that 1/rate overflows the prober's clock arithmetic.
+  CHECK(error_path(R"({"probe":{"rate_hz":1e-12}})") == "/probe/rate_hz");
+  CHECK(error_path(R"({"probe":{"rate_hz":0.001}})") == "/probe/rate_hz");
+  CHECK(haltpolld::parse_config(R"({"probe":{"rate_hz":0.01}})").probe.rate_hz == 0.01);
+  CHECK(haltpolld::parse_config(R"({"probe":{"rate_hz":0}})").probe.rate_hz == 0);
   CHECK(error_path(R"({"metrics":{"port":9100}})") == "/metrics/port");
   CHECK(error_path(R"({"state_dir":"x"})") == "/state_dir");
   CHECK(error_path(R"({"socket":{"path":")" + std::string(120, 'a') + R"("}})") == "/socket/path");
@@ -122,6 +133,11 @@ TEST_CASE("restart-only keys, CPU expansion and the state directory") {
   b.cpus = "0";
   b.tuner.interval_ms = 5000;
   CHECK(haltpolld::restart_only_differences(a, b) == std::vector<std::string>{"/cpus"});
+  // Who may administer and where the daemon writes as root are fixed for the life of the process.
+  Config c;
+  c.socket.admin_group = "wheel";
+  c.metrics.textfile = "/var/lib/prometheus/node-exporter/haltpolld.prom";
+  CHECK(haltpolld::restart_only_differences(a, c) == std::vector<std::string>{"/socket/admin_group", "/metrics/textfile"});
   CHECK(haltpolld::expand_cpus("all", {0, 1}) == std::vector<unsigned>{0, 1});
   CHECK(haltpolld::expand_cpus("1,0", {0, 1}) == std::vector<unsigned>{0, 1});
   CHECK_THROWS_AS(haltpolld::expand_cpus("0-3", {0, 1}), ConfigError);

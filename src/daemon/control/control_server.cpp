@@ -8,15 +8,19 @@
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
 #include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <deque>
 #include <system_error>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -44,9 +48,11 @@ std::optional<gid_t> resolve_group(const std::string& name) {
 
 namespace {
 
-constexpr std::size_t kMaxPendingCalls = 64;  // calls queued behind a running stream
-
 class Connection;
+
+int real_peer_groups(int fd, gid_t* groups, socklen_t* bytes) {
+  return ::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, bytes);
+}
 
 }  // namespace
 
@@ -55,14 +61,18 @@ struct ControlServer::Impl : std::enable_shared_from_this<ControlServer::Impl> {
       : io(context), registry(r), options(std::move(o)), acceptor(io) {}
 
   void accept();
+  void admit(const std::shared_ptr<Connection>& c);
   void remove(Connection* c);
   bool is_admin(const ucred& cred, const std::vector<gid_t>& groups) const;
+  // Empty when a peer may take a slot; else why not.
+  std::string refusal(uid_t uid, bool admin) const;
 
   asio::io_context& io;
   const varlink::Registry& registry;
   ControlServerOptions options;
   stream_protocol::acceptor acceptor;
   std::unordered_set<std::shared_ptr<Connection>> connections;
+  std::unordered_map<uid_t, unsigned> per_uid;
   ControlServerCounters counters;
   bool stopped = false;
   bool bound = false;
@@ -79,16 +89,56 @@ class Connection : public std::enable_shared_from_this<Connection> {
         stream_timer_(server_->io),
         decoder_(server_->options.max_message_bytes) {}
 
+  // Who is calling, before the peer counts against any limit.
+  void identify_peer() {
+    int fd = socket_.native_handle();
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      // Unknown peer: treat as the least privileged (reading only).
+      cred.uid = static_cast<uid_t>(-1);
+      cred.gid = static_cast<gid_t>(-1);
+      cred.pid = 0;
+    }
+    const PeerGroupsQuery query = server_->options.peer_groups ? server_->options.peer_groups : real_peer_groups;
+    std::vector<gid_t> groups(64);
+    socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    int rc = query(fd, groups.data(), &glen);
+    if (rc != 0 && errno == ERANGE) {
+      groups.resize(glen / sizeof(gid_t) + 1);
+      glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+      rc = query(fd, groups.data(), &glen);
+    }
+    if (rc != 0) {
+      // No list is no membership: the zero-filled buffer must never be read as 64 times gid 0.
+      spdlog::debug("control: SO_PEERGROUPS of pid {} failed ({}); counting no supplementary groups", cred.pid,
+                    std::strerror(errno));
+      groups.clear();
+    } else {
+      groups.resize(std::min<std::size_t>(groups.size(), glen / sizeof(gid_t)));
+    }
+    peer_.uid = cred.uid;
+    peer_.gid = cred.gid;
+    peer_.pid = cred.pid;
+    peer_.admin = server_->is_admin(cred, groups);
+    // A small send buffer bounds the kernel memory a non-reading client pins, and makes a stalled
+    // reader visible (no write progress) within a few replies.
+    const int sndbuf = server_->options.send_buffer_bytes;
+    if (sndbuf > 0) ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+  }
+  const varlink::Peer& peer() const noexcept { return peer_; }
+
   void start() {
-    identify_peer();
+    last_progress_ = std::chrono::steady_clock::now();
     arm_idle_timer();
     read();
   }
 
-  // Over the connection limit: say why, then close.
-  void reject(unsigned limit) {
+  // Over a connection limit: say why, then close.
+  void reject(unsigned limit, const std::string& why) {
     ++server_->counters.rejected_total;
-    enqueue(varlink::encode_reply(varlink::error_reply(errors::too_many_connections, {{"limit", limit}})));
+    spdlog::debug("control: refusing pid {} uid {}: {}", peer_.pid, peer_.uid, why);
+    enqueue(varlink::encode_reply(varlink::error_reply(errors::too_many_connections, {{"limit", limit}, {"reason", why}})));
     close_after_write_ = true;
   }
 
@@ -106,73 +156,75 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void rearm_idle() { arm_idle_timer(); }
 
  private:
-  void identify_peer() {
-    int fd = socket_.native_handle();
-    ucred cred{};
-    socklen_t len = sizeof cred;
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      // Unknown peer: treat as the least privileged (reading only).
-      cred.uid = static_cast<uid_t>(-1);
-      cred.gid = static_cast<gid_t>(-1);
-      cred.pid = 0;
-    }
-    std::vector<gid_t> groups(64);
-    socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) != 0 && errno == ERANGE) {
-      groups.resize(glen / sizeof(gid_t) + 1);
-      glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
-      if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) != 0) glen = 0;
-    }
-    groups.resize(glen / sizeof(gid_t));
-    peer_.uid = cred.uid;
-    peer_.gid = cred.gid;
-    peer_.pid = cred.pid;
-    peer_.admin = server_->is_admin(cred, groups);
-  }
-
   void arm_idle_timer() {
     idle_timer_.expires_after(std::chrono::milliseconds(server_->options.idle_timeout_ms));
     idle_timer_.async_wait([self = shared_from_this()](const error_code& ec) {
       if (ec || self->closed_) return;
-      if (self->streaming_) return self->arm_idle_timer();  // a Watch stream is not idle
+      const auto timeout = std::chrono::milliseconds(self->server_->options.idle_timeout_ms);
+      if (!self->wqueue_.empty() && std::chrono::steady_clock::now() - self->last_progress_ >= timeout) {
+        // Replies (a Watch stream's included) that nobody reads: the slot goes back.
+        spdlog::debug("control: pid {} reads no replies; closing", self->peer_.pid);
+        ++self->server_->counters.rejected_total;
+        return self->close();
+      }
+      if (self->streaming_ || !self->wqueue_.empty()) return self->arm_idle_timer();  // busy, not idle
       spdlog::debug("control: closing idle connection of pid {}", self->peer_.pid);
       ++self->server_->counters.rejected_total;
       self->close();
     });
   }
 
+  bool may_process() const {
+    return !closed_ && !close_after_write_ && !streaming_ && wbytes_ < server_->options.read_pause_bytes;
+  }
+
   void read() {
-    if (closed_ || close_after_write_) return;
+    if (reading_ || peer_eof_ || !drained_ || !may_process()) return;
+    reading_ = true;
     socket_.async_read_some(asio::buffer(rbuf_), [self = shared_from_this()](const error_code& ec, std::size_t n) {
+      self->reading_ = false;
       self->on_read(ec, n);
     });
   }
 
   void on_read(const error_code& ec, std::size_t n) {
     if (closed_) return;
-    if (ec) {
+    if (ec == asio::error::eof) {
+      // A half-close: the calls already sent still get their replies.
       if (decoder_.pending_bytes() > 0)
         spdlog::debug("control: pid {} hung up in the middle of a message ({} bytes)", peer_.pid, decoder_.pending_bytes());
-      return close();
+      peer_eof_ = true;
+      return process();
     }
+    if (ec) return close();
+    drained_ = false;
     if (!decoder_.feed(std::string_view(rbuf_.data(), n))) {
       return fail(varlink::error_reply(errors::message_too_large, {{"limit", decoder_.max_message_bytes()}}));
     }
-    while (auto text = decoder_.next()) {
+    process();
+  }
+
+  // Handles the complete calls in the decoder while nothing holds them back, then reads on.
+  void process() {
+    while (may_process()) {
+      auto text = decoder_.next();
+      if (!text) {
+        drained_ = true;
+        break;
+      }
       std::string why;
       auto call = varlink::parse_call(*text, why);
       if (!call) return fail(varlink::error_reply(errors::malformed_message, {{"reason", why}}));
       arm_idle_timer();
-      if (streaming_) {
-        if (pending_.size() >= kMaxPendingCalls)
-          return fail(varlink::error_reply(errors::malformed_message, {{"reason", "too many calls queued behind a stream"}}));
-        pending_.push_back(std::move(*call));
-        continue;
-      }
       handle(std::move(*call));
-      if (closed_ || close_after_write_) return;
     }
+    if (peer_eof_) return finish_if_done();
     read();
+  }
+
+  void finish_if_done() {
+    if (closed_ || !peer_eof_ || !drained_ || streaming_ || writing_ || !wqueue_.empty()) return;
+    close();
   }
 
   // An error the connection does not survive: reply, then close once it is written.
@@ -206,21 +258,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (r.is_error()) ++self->server_->counters.errors_total;
       self->enqueue(varlink::encode_reply(r));
       if (r.continues && !r.is_error()) return self->schedule_stream(r.next_after_ms);
-      self->end_stream();
+      self->streaming_ = false;
+      self->process();  // the calls that waited behind the stream
     });
-  }
-
-  void end_stream() {
-    streaming_ = false;
-    while (!pending_.empty() && !streaming_ && !closed_ && !close_after_write_) {
-      varlink::Call c = std::move(pending_.front());
-      pending_.pop_front();
-      handle(std::move(c));
-    }
   }
 
   void enqueue(std::string bytes) {
     if (closed_) return;
+    if (wqueue_.empty()) last_progress_ = std::chrono::steady_clock::now();
     wbytes_ += bytes.size();
     wqueue_.push_back(std::move(bytes));
     if (wbytes_ > server_->options.max_write_queue_bytes) {
@@ -237,10 +282,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       self->writing_ = false;
       if (self->closed_) return;
       if (ec) return self->close();
+      self->last_progress_ = std::chrono::steady_clock::now();
       self->wbytes_ -= self->wqueue_.front().size();
       self->wqueue_.pop_front();
       if (!self->wqueue_.empty()) return self->write();
       if (self->close_after_write_) return self->close();
+      self->process();  // reading resumes once the client has caught up
     });
   }
 
@@ -252,12 +299,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::array<char, 8192> rbuf_{};
   std::deque<std::string> wqueue_;
   std::size_t wbytes_ = 0;
+  std::chrono::steady_clock::time_point last_progress_{};
   bool writing_ = false;
+  bool reading_ = false;
   bool closed_ = false;
   bool close_after_write_ = false;
   bool streaming_ = false;
+  bool peer_eof_ = false;
+  bool drained_ = true;  // no complete call is left in the decoder
   varlink::Call stream_call_;
-  std::deque<varlink::Call> pending_;
   varlink::Peer peer_;
 };
 
@@ -272,9 +322,39 @@ bool ControlServer::Impl::is_admin(const ucred& cred, const std::vector<gid_t>& 
   return false;
 }
 
+std::string ControlServer::Impl::refusal(uid_t uid, bool admin) const {
+  const std::size_t open = connections.size();
+  if (open >= options.max_connections) return "all connections are taken";
+  const unsigned reserved = std::min(options.admin_reserved_connections, options.max_connections - 1);
+  if (!admin && open >= options.max_connections - reserved)
+    return "the remaining connections are reserved for administrators";
+  if (uid != 0 && uid != ::geteuid()) {
+    auto it = per_uid.find(uid);
+    if (it != per_uid.end() && it->second >= options.max_connections_per_uid) return "too many connections of this uid";
+  }
+  return {};
+}
+
+void ControlServer::Impl::admit(const std::shared_ptr<Connection>& conn) {
+  conn->identify_peer();
+  const std::string why = refusal(conn->peer().uid, conn->peer().admin);
+  if (!why.empty()) {
+    const bool per_uid_limit = why.find("uid") != std::string::npos;
+    conn->reject(per_uid_limit ? options.max_connections_per_uid : options.max_connections, why);
+    return;
+  }
+  connections.insert(conn);
+  ++per_uid[conn->peer().uid];
+  ++counters.connections_total;
+  counters.connections_open = connections.size();
+  conn->start();
+}
+
 void ControlServer::Impl::remove(Connection* c) {
   for (auto it = connections.begin(); it != connections.end(); ++it) {
     if (it->get() == c) {
+      auto u = per_uid.find(c->peer().uid);
+      if (u != per_uid.end() && --u->second == 0) per_uid.erase(u);
       connections.erase(it);
       break;
     }
@@ -294,15 +374,7 @@ void ControlServer::Impl::accept() {
       });
       return;
     }
-    auto conn = std::make_shared<Connection>(self, std::move(socket));
-    if (self->connections.size() >= self->options.max_connections) {
-      conn->reject(self->options.max_connections);
-    } else {
-      self->connections.insert(conn);
-      ++self->counters.connections_total;
-      self->counters.connections_open = self->connections.size();
-      conn->start();
-    }
+    self->admit(std::make_shared<Connection>(self, std::move(socket)));
     self->accept();
   });
 }
@@ -331,10 +403,15 @@ void ControlServer::start() {
   ::umask(old_mask);
   if (ec) throw std::system_error(ec, "bind " + path);
   impl_->bound = true;
-  if (::chmod(path.c_str(), impl_->options.mode) != 0)
-    throw std::system_error(errno, std::generic_category(), "chmod " + path);
-  if (impl_->options.admin_gid && ::chown(path.c_str(), static_cast<uid_t>(-1), *impl_->options.admin_gid) != 0)
+  // Never through a symlink: whatever is at the path now must be the socket just bound.
+  struct stat bound{};
+  if (::lstat(path.c_str(), &bound) != 0 || !S_ISSOCK(bound.st_mode))
+    throw std::system_error(EEXIST, std::generic_category(), path + " is not the socket just bound");
+  if (impl_->options.admin_gid &&
+      ::fchownat(AT_FDCWD, path.c_str(), static_cast<uid_t>(-1), *impl_->options.admin_gid, AT_SYMLINK_NOFOLLOW) != 0)
     spdlog::warn("control: cannot give {} to group {}: {}", path, *impl_->options.admin_gid, std::strerror(errno));
+  if (::fchmodat(AT_FDCWD, path.c_str(), impl_->options.mode, AT_SYMLINK_NOFOLLOW) != 0)
+    throw std::system_error(errno, std::generic_category(), "chmod " + path);
   acc.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw std::system_error(ec, "listen " + path);
   impl_->accept();
@@ -353,15 +430,12 @@ void ControlServer::stop() {
 }
 
 void ControlServer::update(const ControlServerOptions& options) {
-  impl_->options.admin_gid = options.admin_gid;
   impl_->options.max_connections = options.max_connections;
+  impl_->options.max_connections_per_uid = options.max_connections_per_uid;
   bool idle_changed = impl_->options.idle_timeout_ms != options.idle_timeout_ms;
   impl_->options.idle_timeout_ms = options.idle_timeout_ms;
   if (idle_changed)
     for (auto& c : impl_->connections) c->rearm_idle();
-  if (impl_->bound && options.admin_gid &&
-      ::chown(impl_->options.path.c_str(), static_cast<uid_t>(-1), *options.admin_gid) != 0)
-    spdlog::warn("control: cannot give {} to group {}: {}", impl_->options.path, *options.admin_gid, std::strerror(errno));
 }
 
 ControlServerCounters ControlServer::counters() const { return impl_->counters; }

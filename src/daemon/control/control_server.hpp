@@ -3,12 +3,21 @@
 // and SO_PEERGROUPS who the peer is, dispatches through a varlink::Registry and writes the replies
 // in call order. Streaming calls (`more`) are re-dispatched on a per-connection timer.
 //
-// Bounds, so that no client can stall or crash the daemon: a message is at most max_message_bytes
-// (else MessageTooLarge, then close), a malformed message gets MalformedMessage and the connection
-// is closed, at most max_connections are open (the next gets TooManyConnections and is closed), a
-// connection that completes no message for idle_timeout_ms is closed (half-sent messages included),
-// and a client that does not read its replies is closed once max_write_queue_bytes are queued; a
-// Watch stream skips a tick instead of queueing behind an unread reply.
+// Bounds, so that no client can stall, starve or crash the daemon: a message is at most
+// max_message_bytes (else MessageTooLarge, then close), a malformed message gets MalformedMessage
+// and the connection is closed. The peer is identified before it counts against a limit: at most
+// max_connections are open, of which the last admin_reserved_connections only for admins, and at
+// most max_connections_per_uid per uid other than 0 and the daemon's own (the next gets
+// TooManyConnections and is closed). A connection that completes no message for idle_timeout_ms
+// is closed (half-sent messages included), and so is one whose replies make no write progress for
+// idle_timeout_ms (a Watch stream nobody reads) or exceed max_write_queue_bytes. Memory per
+// connection is bounded by not reading: while a stream runs or read_pause_bytes of replies are
+// unread, further calls stay unparsed in the socket (at most one read chunk and one partial
+// message are buffered), and a Watch stream skips a tick instead of queueing behind an unread
+// reply. A client that half-closes still receives the replies to the calls it sent.
+//
+// Admin status is decided once, at connect: the admin group is restart-only. If SO_PEERGROUPS
+// fails the peer has no supplementary groups (never a zero-filled list, which would read as gid 0).
 //
 // Threading: everything runs on the one thread that runs the io_context; no member is touched from
 // anywhere else, so there are no locks. This header does not include Asio (the io_context is only
@@ -17,6 +26,7 @@
 
 #include "varlink/varlink.hpp"
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <cstddef>
@@ -31,14 +41,22 @@ class io_context;
 
 namespace haltpolld {
 
+// getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, ...) by default; a test seam to make it fail.
+using PeerGroupsQuery = int (*)(int fd, gid_t* groups, socklen_t* bytes);
+
 struct ControlServerOptions {
   std::string path;
   unsigned mode = 0660;
   std::optional<gid_t> admin_gid;  // members may call admin_only methods (uid 0 and our euid always may)
   unsigned max_connections = 128;
+  unsigned admin_reserved_connections = 8;  // of max_connections, only for admins
+  unsigned max_connections_per_uid = 32;    // uid 0 and the daemon's uid are not limited
   unsigned idle_timeout_ms = 60000;
   std::size_t max_message_bytes = varlink::kMaxMessageBytes;
   std::size_t max_write_queue_bytes = 4 * 1024 * 1024;
+  std::size_t read_pause_bytes = 64 * 1024;  // unread replies beyond which no new call is read
+  int send_buffer_bytes = 8 * 1024;          // SO_SNDBUF of each connection (kernel memory per client)
+  PeerGroupsQuery peer_groups = nullptr;     // nullptr: the real SO_PEERGROUPS
 };
 
 struct ControlServerCounters {
@@ -62,7 +80,8 @@ class ControlServer {
   void start();
   // Closes the acceptor and every connection and removes the socket file. Idempotent.
   void stop();
-  // Applies the settings that may change at run time: admin_gid, max_connections, idle_timeout_ms.
+  // Applies the settings that may change at run time: max_connections, max_connections_per_uid,
+  // idle_timeout_ms (admin_gid is fixed at start).
   void update(const ControlServerOptions& options);
   ControlServerCounters counters() const;
 

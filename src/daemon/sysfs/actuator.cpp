@@ -71,15 +71,39 @@ std::optional<std::uint32_t> SysfsHaltpollParams::read_poll_ns() const {
   return v;
 }
 
+bool SysfsHaltpollParams::valid_value(const std::string& name, const std::string& value) {
+  if (name == "guest_halt_poll_allow_shrink") return value == "Y" || value == "N";
+  if (value.empty() || value.size() > 10 || value.find_first_not_of("0123456789") != std::string::npos) return false;
+  std::uint64_t v = 0;
+  const auto r = std::from_chars(value.data(), value.data() + value.size(), v);
+  return r.ec == std::errc{} && r.ptr == value.data() + value.size() && v <= UINT32_MAX;
+}
+
 SysfsHaltpollParams::Result SysfsHaltpollParams::write_param(const std::string& dir, const std::string& name,
                                                              const std::string& value) const {
   Result r;
   const std::string path = dir + "/" + name;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (!valid_value(name, value)) {
+    r.ok = false;
+    r.error = EINVAL;
+    r.message = fmt::format("refusing to write '{}' to {}: not a valid value", value, path);
+    return r;
+  }
+  // O_NOFOLLOW|O_NONBLOCK: a symlink or a FIFO planted in a fake or bind-mounted tree is refused, not
+  // followed or waited on.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     r.ok = false;
     r.error = errno;
-    r.message = fmt::format("open {}: {}", path, errno_text(r.error));
+    r.message = fmt::format("open {}: {}", path, errno == ELOOP ? "is a symbolic link" : errno_text(errno));
+    return r;
+  }
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    r.ok = false;
+    r.error = EINVAL;
+    r.message = fmt::format("open {}: not a regular file", path);
     return r;
   }
   const std::string line = value + "\n";
@@ -98,15 +122,30 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::write_param(const std::string& 
 
 SysfsHaltpollParams::Result SysfsHaltpollParams::save_originals() {
   Result r;
+  auto refuse = [&](int e, std::string why) {
+    r.ok = false;
+    r.error = e;
+    r.message = std::move(why);
+    return r;
+  };
+  struct stat st{};
+  if (!blocked_.empty() && ::lstat(state_file_.c_str(), &st) != 0 && errno == ENOENT) blocked_.clear();  // removed by an operator
+  if (!blocked_.empty())
+    return refuse(EEXIST, fmt::format("kernel writes refused: {}; restore it or remove {}, then reload", blocked_,
+                                      state_file_));
+  if (::lstat(state_file_.c_str(), &st) == 0)
+    return refuse(EEXIST, fmt::format("kernel writes refused: {} exists but was not written by this run (it may hold "
+                                      "the originals of another run); remove it, then reload",
+                                      state_file_));
   std::map<std::string, std::string> values;
   for (const char* name : kParams) {
     auto v = read(name);
     if (!v) {
-      r.ok = false;
-      r.error = errno ? errno : ENOENT;
-      r.message = fmt::format("read {}/{}: {}", params_dir(), name, errno_text(r.error));
-      return r;
+      const int e = errno ? errno : ENOENT;
+      return refuse(e, fmt::format("read {}/{}: {}", params_dir(), name, errno_text(e)));
     }
+    if (!valid_value(name, *v))
+      return refuse(EINVAL, fmt::format("{}/{} holds '{}', which could not be restored", params_dir(), name, *v));
     values[name] = *v;
   }
   nlohmann::json j;
@@ -114,13 +153,18 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::save_originals() {
   j["sysfs_root"] = root_;
   j["pid"] = ::getpid();
   j["params"] = values;
-  const int e = replace_file_atomically(state_file_, j.dump(2) + "\n", {.mode = 0600, .sync_directory = true, .create_directory = true});
+  int e = replace_file_atomically(state_file_, j.dump(2) + "\n", {.mode = 0600, .sync_directory = true, .create_directory = true});
+  std::string why = e == 0 ? std::string() : errno_text(e);
+  if (e == 0) {
+    // A directory that others may write could have the file swapped before the next start reads it.
+    const auto slash = state_file_.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : state_file_.substr(0, slash);
+    why = check_private_directory(dir, e);
+    if (e != 0) ::unlink(state_file_.c_str());
+  }
   if (e != 0) {
     // Without a saved copy a crash could not be undone: refuse to write the kernel's values.
-    r.ok = false;
-    r.error = e;
-    r.message = fmt::format("save originals to {}: {}", state_file_, errno_text(e));
-    return r;
+    return refuse(e, fmt::format("save originals to {}: {}", state_file_, why));
   }
   saved_ = std::move(values);
   return r;
@@ -170,10 +214,9 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::restore_values(const std::strin
 
 SysfsHaltpollParams::Result SysfsHaltpollParams::restore() {
   Result r;
-  if (saved_) {
-    r = restore_values(params_dir(), *saved_);
-    if (!r.ok) return r;  // keep the state file: the next start tries again
-  }
+  if (!saved_) return r;  // a state file this run did not write is not this run's to remove
+  r = restore_values(params_dir(), *saved_);
+  if (!r.ok) return r;  // keep the state file: the next start tries again
   std::error_code ec;
   std::filesystem::remove(state_file_, ec);
   saved_.reset();
@@ -183,31 +226,56 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::restore() {
 
 SysfsHaltpollParams::Result SysfsHaltpollParams::recover() {
   Result r;
-  auto text = read_small_file(state_file_);
-  if (!text) return r;
-  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("params") || !j["params"].is_object()) {
+  blocked_.clear();
+  int err = 0;
+  std::string why;
+  auto text = read_private_file(state_file_, err, why);
+  auto refuse = [&](int e, std::string reason) {
     r.ok = false;
-    r.error = EINVAL;
-    r.message = fmt::format("state file {} is not valid; left in place for inspection", state_file_);
+    r.error = e;
+    r.message = fmt::format("state file {} not applied and left in place: {}", state_file_, reason);
+    blocked_ = r.message;
     return r;
+  };
+  if (!text) {
+    if (err == ENOENT) return r;
+    return refuse(err, why);
   }
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return refuse(EINVAL, "not a JSON object");
+  const auto version = j.find("version");
+  if (version == j.end() || !version->is_number_integer() || *version != 1) return refuse(EINVAL, "version is not 1");
+  const auto params = j.find("params");
+  if (params == j.end() || !params->is_object()) return refuse(EINVAL, "params is not an object");
+  if (params->size() != kParams.size()) return refuse(EINVAL, fmt::format("params has {} entries, not {}", params->size(), kParams.size()));
   std::map<std::string, std::string> values;
   for (const char* name : kParams) {
-    if (j["params"].contains(name) && j["params"][name].is_string()) values[name] = j["params"][name];
+    const auto v = params->find(name);
+    if (v == params->end() || !v->is_string()) return refuse(EINVAL, fmt::format("params.{} is missing or not a string", name));
+    const std::string s = v->get<std::string>();
+    if (!valid_value(name, s)) return refuse(EINVAL, fmt::format("params.{} is '{}', not a valid value", name, s));
+    values[name] = s;
   }
-  // The values go back where they were written, even if the configured root changed since.
-  std::string root = j.value("sysfs_root", root_);
-  if (root.empty() || root.back() != '/') root += '/';
-  r = restore_values(root + "sys/module/haltpoll/parameters", values);
-  if (!r.ok) {
-    r.message = fmt::format("restoring the values saved in {}: {}", state_file_, r.message);
-    return r;
+  // Never a path from the file: a different root means the values belong to another tree.
+  const auto root = j.find("sysfs_root");
+  if (root != j.end()) {
+    if (!root->is_string()) return refuse(EINVAL, "sysfs_root is not a string");
+    std::string saved_root = root->get<std::string>();
+    if (saved_root.empty() || saved_root.back() != '/') saved_root.push_back('/');
+    if (saved_root != root_)
+      return refuse(EINVAL, fmt::format("saved for sysfs root '{}', but the configured root is '{}'", saved_root, root_));
   }
+  std::int64_t pid = 0;
+  if (const auto p = j.find("pid"); p != j.end()) {
+    if (!p->is_number_integer()) return refuse(EINVAL, "pid is not an integer");
+    pid = p->get<std::int64_t>();
+  }
+  Result w = restore_values(params_dir(), values);
+  if (!w.ok) return refuse(w.error, "restoring its values: " + w.message);
   std::error_code ec;
   std::filesystem::remove(state_file_, ec);
-  r.message = fmt::format("restored the haltpoll parameters saved by pid {} in {} ({})", j.value("pid", 0),
-                          state_file_, r.written ? "values changed back" : "values were already the originals");
+  r.message = fmt::format("restored the haltpoll parameters saved by pid {} in {} ({})", pid, state_file_,
+                          w.written ? "values changed back" : "values were already the originals");
   r.written = true;  // a state file was found and handled
   return r;
 }

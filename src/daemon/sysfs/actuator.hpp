@@ -6,6 +6,13 @@
 // crash or SIGKILL can put them back; it writes only on change; restore() puts the originals back
 // and removes the state file. A failed write reports errno and the path, changes nothing else and
 // leaves the caller to degrade to observe mode. Not thread-safe: the Controller serialises calls.
+//
+// The state file is not trusted: recover() reads it only when it and its directory belong to the
+// daemon's uid and nobody else may write them (no symlink, no FIFO), takes no path from it (the
+// values go to the configured root only), and restores nothing unless every value is valid
+// (decimal <= UINT32_MAX, or Y/N for allow_shrink). A state file that was not applied is never
+// overwritten: until it is restored or removed, set_poll_ns() refuses with the reason. Parameter
+// files are opened without following a symlink and must be regular files.
 #pragma once
 
 #include <array>
@@ -50,6 +57,13 @@ class SysfsHaltpollParams {
   // ok=true, written=false and an empty message when there was none.
   Result recover();
 
+  // Why kernel writes are refused (a state file of an earlier run that was not applied); empty
+  // when they are not.
+  const std::string& blocked_reason() const noexcept { return blocked_; }
+
+  // True when `value` may be written to parameter `name` (decimal <= UINT32_MAX, or Y/N).
+  static bool valid_value(const std::string& name, const std::string& value);
+
   // Saves the originals (first call only), then writes guest_halt_poll_ns when it differs.
   Result set_poll_ns(std::uint32_t ns);
 
@@ -71,6 +85,7 @@ class SysfsHaltpollParams {
   std::string state_file_;
   std::optional<std::map<std::string, std::string>> saved_;
   std::optional<std::uint32_t> last_written_;
+  std::string blocked_;
 };
 
 }  // namespace haltpolld

@@ -51,31 +51,33 @@ int write_all(int fd, const std::string& content) {
   return 0;
 }
 
+// Reads all of `fd` into `out`; 0, the errno, or EFBIG beyond kMaxSmallFileBytes.
+int read_bounded(int fd, std::string& out) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return 0;
+    if (out.size() + static_cast<std::size_t>(n) > kMaxSmallFileBytes) return EFBIG;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
 }  // namespace
 
 std::optional<std::string> read_small_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) return std::nullopt;
   std::string s;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      ::close(fd);
-      errno = e;
-      return std::nullopt;
-    }
-    if (n == 0) break;
-    if (s.size() + static_cast<std::size_t>(n) > kMaxSmallFileBytes) {
-      ::close(fd);
-      errno = EFBIG;
-      return std::nullopt;
-    }
-    s.append(buf, static_cast<std::size_t>(n));
-  }
+  const int e = read_bounded(fd, s);
   ::close(fd);
+  if (e != 0) {
+    errno = e;
+    return std::nullopt;
+  }
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }
@@ -94,6 +96,47 @@ std::string join_path(const std::string& root, const std::string& rel) {
   return (root.back() == '/' ? root : root + "/") + rel;
 }
 
+namespace {
+
+// Replaces `name` in the open directory `dfd`. The temporary is a new regular file or nothing.
+int replace_at(int dfd, const std::string& name, const std::string& content, const ReplaceOptions& options,
+               int* keep_fd, struct stat* written) {
+  if (name.empty() || name.find('/') != std::string::npos) return EINVAL;
+  // A leading dot: node_exporter's textfile collector reads only *.prom, so it never scrapes this.
+  const std::string tmp = "." + name + ".tmp." + random_suffix();
+  const int fd = ::openat(dfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd < 0) return errno;
+  struct stat st{};
+  int e = ::fstat(fd, &st) == 0 ? 0 : errno;
+  if (e == 0 && !S_ISREG(st.st_mode)) e = EINVAL;
+  if (e == 0 && ::fchmod(fd, options.mode) != 0) e = errno;
+  if (e == 0) e = write_all(fd, content);
+  if (e == 0 && options.sync_directory && ::fsync(fd) != 0) e = errno;
+  if (e == 0 && ::renameat(dfd, tmp.c_str(), dfd, name.c_str()) != 0) e = errno;
+  if (e != 0 || !keep_fd) {
+    if (::close(fd) != 0 && e == 0) e = errno;
+  }
+  if (e != 0) {
+    if (keep_fd) ::close(fd);
+    ::unlinkat(dfd, tmp.c_str(), 0);
+    return e;
+  }
+  if (keep_fd) *keep_fd = fd;
+  if (written) *written = st;
+  if (options.sync_directory) ::fsync(dfd);
+  return 0;
+}
+
+bool private_mode(const struct stat& st) { return st.st_uid == ::geteuid() && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0; }
+
+std::string why_not_private(const std::string& what, const std::string& path, const struct stat& st) {
+  if (st.st_uid != ::geteuid())
+    return fmt::format("{} {} belongs to uid {}, not to the daemon's uid {}", what, path, st.st_uid, ::geteuid());
+  return fmt::format("{} {} is writable by group or others (mode {:04o})", what, path, st.st_mode & 07777);
+}
+
+}  // namespace
+
 int replace_file_atomically(const std::string& path, const std::string& content, const ReplaceOptions& options) {
   const std::string dir = dirname_of(path);
   if (options.create_directory) {
@@ -104,27 +147,132 @@ int replace_file_atomically(const std::string& path, const std::string& content,
       ::chmod(dir.c_str(), 0700);
     }
   }
-  // A leading dot: node_exporter's textfile collector reads only *.prom, so it never scrapes this.
-  const std::string tmp = dir + "/." + basename_of(path) + ".tmp." + random_suffix();
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
-  if (fd < 0) return errno;
-  int e = ::fchmod(fd, options.mode) == 0 ? 0 : errno;
-  if (e == 0) e = write_all(fd, content);
-  if (e == 0 && ::fsync(fd) != 0) e = errno;
-  if (::close(fd) != 0 && e == 0) e = errno;
-  if (e == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) e = errno;
-  if (e != 0) {
-    ::unlink(tmp.c_str());
-    return e;
+  int e = 0;
+  auto d = DirectoryHandle::open(dir, e);
+  if (!d) return e;
+  return d->replace(basename_of(path), content, options);
+}
+
+WrittenFile::WrittenFile(WrittenFile&& other) noexcept : fd_(other.fd_), dev_(other.dev_), ino_(other.ino_) {
+  other.fd_ = -1;
+}
+
+WrittenFile& WrittenFile::operator=(WrittenFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    dev_ = other.dev_;
+    ino_ = other.ino_;
+    other.fd_ = -1;
   }
-  if (options.sync_directory) {
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
+  return *this;
+}
+
+WrittenFile::~WrittenFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::optional<DirectoryHandle> DirectoryHandle::open(const std::string& dir, int& error) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    error = errno;
+    return std::nullopt;
   }
+  return DirectoryHandle(fd);
+}
+
+DirectoryHandle::DirectoryHandle(DirectoryHandle&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+
+DirectoryHandle& DirectoryHandle::operator=(DirectoryHandle&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+DirectoryHandle::~DirectoryHandle() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int DirectoryHandle::replace(const std::string& name, const std::string& content, const ReplaceOptions& options,
+                             WrittenFile* written) const {
+  if (!written) return replace_at(fd_, name, content, options, nullptr, nullptr);
+  WrittenFile w;
+  struct stat st{};
+  const int e = replace_at(fd_, name, content, options, &w.fd_, &st);
+  if (e != 0) return e;
+  w.dev_ = st.st_dev;
+  w.ino_ = st.st_ino;
+  *written = std::move(w);
   return 0;
+}
+
+bool DirectoryHandle::remove_if_same(const std::string& name, const WrittenFile& file) const {
+  struct stat st{};
+  if (::fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  if (!S_ISREG(st.st_mode) || !file.same_as(st.st_dev, st.st_ino)) return false;
+  return ::unlinkat(fd_, name.c_str(), 0) == 0;
+}
+
+std::string check_private_directory(const std::string& dir, int& error) {
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) {
+    error = errno;
+    return errno_message("stat", dir, error);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    error = ENOTDIR;
+    return errno_message("stat", dir, error);
+  }
+  if (!private_mode(st)) {
+    error = EPERM;
+    return why_not_private("directory", dir, st);
+  }
+  error = 0;
+  return {};
+}
+
+std::optional<std::string> read_private_file(const std::string& path, int& error, std::string& why) {
+  const std::string dir = dirname_of(path);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) {
+    error = errno;
+    why = errno_message("open", dir, error);
+    return std::nullopt;
+  }
+  struct stat dst{};
+  const int fd = ::openat(dfd, basename_of(path).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  error = fd < 0 ? errno : 0;
+  // The directory is checked through the descriptor that found the file: no swap in between.
+  const bool dir_ok = ::fstat(dfd, &dst) == 0 && private_mode(dst);
+  ::close(dfd);
+  if (fd < 0) {
+    why = error == ELOOP ? fmt::format("{} is a symbolic link", path) : errno_message("open", path, error);
+    return std::nullopt;
+  }
+  struct stat st{};
+  std::string refused;
+  if (::fstat(fd, &st) != 0) refused = errno_message("fstat", path, errno);
+  else if (!S_ISREG(st.st_mode)) refused = fmt::format("{} is not a regular file", path);
+  else if (!private_mode(st)) refused = why_not_private("file", path, st);
+  else if (!dir_ok) refused = why_not_private("directory", dir, dst);
+  else if (st.st_size > static_cast<off_t>(kMaxSmallFileBytes)) refused = errno_message("read", path, EFBIG);
+  if (!refused.empty()) {
+    ::close(fd);
+    error = EPERM;
+    why = refused;
+    return std::nullopt;
+  }
+  std::string s;
+  error = read_bounded(fd, s);
+  ::close(fd);
+  if (error != 0) {
+    why = errno_message("read", path, error);
+    return std::nullopt;
+  }
+  return s;
 }
 
 std::string errno_message(const std::string& what, const std::string& path, int e) {

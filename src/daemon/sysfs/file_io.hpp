@@ -3,9 +3,14 @@
 // rather than read into memory) and trim the trailing newline sysfs adds. Writes replace a file
 // atomically: a temporary with an unpredictable name in the same directory, created with
 // O_CREAT|O_EXCL|O_NOFOLLOW (never an existing file, never through a symlink, never a FIFO
-// that would block), given its mode explicitly (independent of the process umask), fsync'ed,
-// renamed over the target, and optionally the directory fsync'ed so the rename survives a crash.
-// Every function is reentrant; none keeps state.
+// that would block), checked with fstat to be a regular file, given its mode explicitly
+// (independent of the process umask), renamed over the target, and for durable files (state)
+// fsync'ed before and the directory fsync'ed after the rename so that it survives a crash. A
+// file the daemon trusts (its own state) is read only when it and its directory belong to the
+// effective uid and nobody else may write them.
+// A DirectoryHandle keeps a directory open so that repeated replacements (the metrics textfile)
+// go through openat/renameat into that one directory, whatever later happens to the path.
+// Every free function is reentrant and keeps no state; a DirectoryHandle is one thread's.
 #pragma once
 
 #include <sys/types.h>
@@ -32,13 +37,68 @@ std::string join_path(const std::string& root, const std::string& rel);
 
 struct ReplaceOptions {
   mode_t mode = 0600;            // the file's mode, set with fchmod (the umask does not apply)
-  bool sync_directory = false;   // fsync the directory after the rename (durable state files)
+  bool sync_directory = false;   // fsync the file and, after the rename, the directory (state files)
   bool create_directory = false; // create the parent directory (mode 0700) when missing
 };
 
 // Replaces `path` with `content` atomically. Returns 0 or the errno of the failing step; on failure
 // the temporary is removed and `path` is unchanged.
 int replace_file_atomically(const std::string& path, const std::string& content, const ReplaceOptions& options = {});
+
+// A file the daemon wrote, held open: the open descriptor keeps its inode alive, so that its
+// (device, inode) pair cannot be reused by a file someone else creates under the same name, and
+// the daemon removes only that file. Move-only.
+class WrittenFile {
+ public:
+  WrittenFile() = default;
+  WrittenFile(WrittenFile&& other) noexcept;
+  WrittenFile& operator=(WrittenFile&& other) noexcept;
+  WrittenFile(const WrittenFile&) = delete;
+  WrittenFile& operator=(const WrittenFile&) = delete;
+  ~WrittenFile();
+  bool valid() const noexcept { return fd_ >= 0; }
+  bool same_as(dev_t dev, ino_t ino) const noexcept { return fd_ >= 0 && dev == dev_ && ino == ino_; }
+
+ private:
+  friend class DirectoryHandle;
+  int fd_ = -1;
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
+};
+
+class DirectoryHandle {
+ public:
+  // Opens `dir` (O_DIRECTORY); nullopt with the errno on failure.
+  static std::optional<DirectoryHandle> open(const std::string& dir, int& error);
+  DirectoryHandle(DirectoryHandle&& other) noexcept;
+  DirectoryHandle& operator=(DirectoryHandle&& other) noexcept;
+  DirectoryHandle(const DirectoryHandle&) = delete;
+  DirectoryHandle& operator=(const DirectoryHandle&) = delete;
+  ~DirectoryHandle();
+
+  // Replaces the entry `name` (no slash) as replace_file_atomically does; `written` receives the
+  // new file (and releases the one it held). Returns 0 or the errno of the failing step.
+  int replace(const std::string& name, const std::string& content, const ReplaceOptions& options,
+              WrittenFile* written = nullptr) const;
+  // Unlinks `name` only when it still is `file` (not a symlink, not someone else's file).
+  bool remove_if_same(const std::string& name, const WrittenFile& file) const;
+  int fd() const noexcept { return fd_; }
+
+ private:
+  explicit DirectoryHandle(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+// Empty when `dir` is a directory owned by the effective uid that neither group nor others may
+// write; else why not (for a status reason). `error` receives the errno (EPERM for a wrong owner
+// or mode).
+std::string check_private_directory(const std::string& dir, int& error);
+
+// Reads a file only this user can have written: `path` is opened without following a symlink and
+// without blocking, must be a regular file owned by the effective uid, not group- or
+// other-writable, in a directory that passes check_private_directory. nullopt with `error`
+// (ENOENT when there is no file) and `why` otherwise.
+std::optional<std::string> read_private_file(const std::string& path, int& error, std::string& why);
 
 // "what path: strerror(e)" for log lines and status reasons.
 std::string errno_message(const std::string& what, const std::string& path, int e);

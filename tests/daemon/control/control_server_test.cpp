@@ -1,6 +1,11 @@
 // The real haltpolld binary on a real socket: every method, every error, the bounds, the signals.
 #include "daemon_fixture.hpp"
 
+#include <grp.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -261,19 +266,38 @@ TEST_CASE("control: SIGHUP applies a good file and keeps the running config on a
   CHECK(d.stop() == 0);
 }
 
+namespace {
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+bool wait_for_regular(const std::string& path, std::chrono::milliseconds timeout = 10s) {
+  for (auto end = std::chrono::steady_clock::now() + timeout; std::chrono::steady_clock::now() < end;
+       std::this_thread::sleep_for(50ms)) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return true;
+  }
+  return false;
+}
+}  // namespace
+
 TEST_CASE("control: SIGTERM and SIGINT remove the socket, the textfile and free the lock") {
   for (int sig : {SIGTERM, SIGINT}) {
+    const std::string dir = daemontest::make_temp_dir();
+    const std::string prom = dir + "/haltpolld.prom";
     json cfg = kFast;
+    cfg["metrics"]["textfile"] = prom;
     Daemon d(cfg);
-    std::string prom = d.dir + "/haltpolld.prom";
     RawClient c(d.socket);
-    REQUIRE(error_of(c.call("io.haltpolld.SetConfig", {{"config", {{"metrics", {{"textfile", prom}}}}}})).empty());
-    // Written at the next tick (200 ms).
-    for (int i = 0; i < 100 && !std::filesystem::exists(prom); ++i) std::this_thread::sleep_for(50ms);
-    REQUIRE(std::filesystem::exists(prom));
-    std::ifstream in(prom);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    CHECK(text.find("haltpoll_info{") != std::string::npos);
+    REQUIRE(wait_for_regular(prom));
+    CHECK(slurp(prom).find("haltpoll_info{") != std::string::npos);
+    // 0644 whatever the umask (the unit's is 0077): node_exporter runs as another user.
+    struct stat st {};
+    REQUIRE(::stat(prom.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0644);
+    auto other = testsupport::run({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/cat", prom});
+    CHECK(other.code == 0);
+    CHECK(other.out.find("haltpoll_info{") != std::string::npos);
     CHECK(d.stop(sig) == 0);
     CHECK(d.proc->err().find("stopped") != std::string::npos);
     CHECK_FALSE(std::filesystem::exists(d.socket));
@@ -282,7 +306,74 @@ TEST_CASE("control: SIGTERM and SIGINT remove the socket, the textfile and free 
     // The lock is free: a new instance starts on the same socket.
     d.start();
     CHECK(d.stop() == 0);
+    std::filesystem::remove_all(dir);
   }
+}
+
+TEST_CASE("hardening: metrics.textfile is restart-only, a .prom name, and never written through what is planted there") {
+  const std::string dir = daemontest::make_temp_dir();
+  const std::string prom = dir + "/haltpolld.prom";
+  const std::string victim = dir + "/victim";
+  std::ofstream(victim) << "precious\n";
+  SECTION("pointed at the daemon's own state file or lock: refused at start") {
+    Daemon probe(kFast);
+    const std::string state = probe.dir + "/haltpoll-params.json";
+    probe.stop();
+    for (const std::string& t : {state, probe.socket + ".lock", probe.socket}) {
+      std::ofstream(probe.config_file) << json{{"metrics", {{"textfile", t}}}}.dump();
+      auto r = testsupport::run({HALTPOLLD_BIN, "--config", probe.config_file, "--socket", probe.socket, "--sysfs-root", probe.sysfs});
+      CHECK(r.code == 3);
+      CHECK(r.err.find("/metrics/textfile") != std::string::npos);
+    }
+  }
+  SECTION("SetConfig cannot move it") {
+    json cfg = kFast;
+    cfg["metrics"]["textfile"] = prom;
+    Daemon d(cfg);
+    RawClient c(d.socket);
+    auto r = c.call("io.haltpolld.SetConfig", {{"config", {{"metrics", {{"textfile", dir + "/other.prom"}}}}}});
+    CHECK(error_of(r) == "io.haltpolld.RestartRequired");
+    CHECK(d.stop() == 0);
+  }
+  SECTION("a FIFO and a symlink planted at the name are replaced, never opened") {
+    REQUIRE(::mkfifo(prom.c_str(), 0666) == 0);
+    const std::string prom2 = dir + "/second.prom";
+    std::filesystem::create_symlink(victim, prom2);
+    json cfg = kFast;
+    cfg["metrics"]["textfile"] = prom;
+    Daemon d(cfg);
+    REQUIRE(wait_for_regular(prom));
+    CHECK(d.alive());  // the control thread did not block on the FIFO
+    CHECK(d.stop() == 0);
+    cfg["metrics"]["textfile"] = prom2;
+    d.write_config(cfg);
+    d.start();
+    REQUIRE(wait_for_regular(prom2));
+    CHECK(slurp(victim) == "precious\n");
+    CHECK(d.stop() == 0);
+    CHECK(slurp(victim) == "precious\n");
+  }
+  SECTION("at stop only the file the daemon wrote is removed") {
+    // One tick an hour: the file is written once, at start, and not again before the stop.
+    json cfg = {{"tuner", {{"interval_ms", 3600000}}}, {"metrics", {{"textfile", prom}}}};
+    Daemon d(cfg);
+    REQUIRE(wait_for_regular(prom));
+    // Someone swaps in a symlink to a victim: at the stop neither it nor its target goes.
+    std::filesystem::remove(prom);
+    std::filesystem::create_symlink(victim, prom);
+    CHECK(d.stop() == 0);
+    CHECK(std::filesystem::is_symlink(prom));
+    CHECK(slurp(victim) == "precious\n");
+    // Or another regular file: not the daemon's either.
+    std::filesystem::remove(prom);
+    d.start();
+    REQUIRE(wait_for_regular(prom));
+    std::filesystem::remove(prom);
+    std::ofstream(prom) << "someone else's\n";
+    CHECK(d.stop() == 0);
+    CHECK(slurp(prom) == "someone else's\n");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("control: a second instance on the same socket is refused clearly") {
@@ -292,6 +383,28 @@ TEST_CASE("control: a second instance on the same socket is refused clearly") {
   CHECK(second.err.find("already running") != std::string::npos);
   CHECK(d.alive());
   CHECK(d.stop() == 0);
+}
+
+TEST_CASE("hardening: a second instance on another socket but the same sysfs root or state directory is refused") {
+  Daemon d(kFast);
+  const std::string other = daemontest::make_temp_dir();
+  // Same sysfs root, another socket (and so another default state directory).
+  auto same_root = testsupport::run({HALTPOLLD_BIN, "--config", d.config_file, "--socket", other + "/s", "--sysfs-root", d.sysfs});
+  CHECK(same_root.code == 4);
+  CHECK(same_root.err.find("sysfs root " + d.sysfs) != std::string::npos);
+  // Another root, but the first one's state directory.
+  std::ofstream(other + "/c.json") << json{{"state_dir", d.dir}}.dump();
+  std::filesystem::create_directories(other + "/sysfs");
+  auto same_state = testsupport::run({HALTPOLLD_BIN, "--config", other + "/c.json", "--socket", other + "/s", "--sysfs-root", other + "/sysfs"});
+  CHECK(same_state.code == 4);
+  CHECK(same_state.err.find("state directory " + d.dir) != std::string::npos);
+  // A bind mount or symlink to the same root is the same directory.
+  std::filesystem::create_directory_symlink(d.sysfs, other + "/alias");
+  auto alias = testsupport::run({HALTPOLLD_BIN, "--config", d.config_file, "--socket", other + "/s", "--sysfs-root", other + "/alias"});
+  CHECK(alias.code == 4);
+  CHECK(d.alive());
+  CHECK(d.stop() == 0);
+  std::filesystem::remove_all(other);
 }
 
 TEST_CASE("control: start-up refusals") {
@@ -326,5 +439,169 @@ TEST_CASE("control: members of socket.admin_group may change settings (primary o
   struct stat st {};
   REQUIRE(::stat(d.socket.c_str(), &st) == 0);
   CHECK(st.st_gid == 65534u);
+  CHECK(d.stop() == 0);
+}
+
+namespace {
+
+// Forks a child that becomes `uid`, opens `n` connections and on each starts a Watch it never
+// reads, then pushes as many 60 KiB calls behind it as the socket takes without blocking. It
+// reports how many connections it got and stays until killed.
+pid_t hostile(const std::string& path, uid_t uid, int n, int report) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  if (::setgroups(0, nullptr) != 0 || ::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0) _exit(2);
+  const std::string watch = json{{"method", "io.haltpolld.Watch"}, {"more", true},
+                                 {"parameters", {{"interval_ms", 100}, {"histogram", true}}}}.dump() + std::string(1, '\0');
+  const std::string big = json{{"method", "io.haltpolld.GetStatus"}, {"parameters", {{"junk", std::string(60000, 'x')}}}}.dump() +
+                          std::string(1, '\0');
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) continue;
+    (void)!::send(fd, watch.data(), watch.size(), MSG_NOSIGNAL);
+    for (int k = 0; k < 64; ++k)
+      if (::send(fd, big.data(), big.size(), MSG_NOSIGNAL) <= 0) break;
+    fds.push_back(fd);
+  }
+  const char c = static_cast<char>(fds.size());
+  (void)!::write(report, &c, 1);
+  for (;;) ::pause();
+}
+
+// Sanitizer builds run the daemon several times slower; 120 streams then keep its control thread
+// busy for seconds before they stall.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr int kSlow = 6;
+#else
+constexpr int kSlow = 1;
+#endif
+
+json call_within(RawClient& c, const std::string& method, const json& params, std::chrono::seconds timeout) {
+  REQUIRE(c.send({{"method", method}, {"parameters", params}}));
+  auto r = c.recv_message(timeout);
+  REQUIRE(r);
+  return *r;
+}
+
+long status_kib(pid_t pid, const char* key) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(key, 0) == 0) return std::stol(line.substr(std::strlen(key) + 1));
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("hardening: 128 hostile Watch clients neither lock out an admin nor grow the daemon") {
+  if (::geteuid() != 0) {
+    WARN("not root: cannot run clients as other uids; skipped");
+    return;
+  }
+  // A long idle timeout while the clients pile up (slow on a loaded machine), so that no stalled
+  // stream frees its slot before the limits are checked; then a short one for the stall check.
+  Daemon d(json{{"socket", {{"mode", "0666"}, {"idle_timeout_ms", 600000}}}, {"tuner", {{"interval_ms", 200}}}});
+  const long rss_before = status_kib(d.proc->pid(), "VmRSS:");
+  int report[2];
+  REQUIRE(::pipe(report) == 0);
+  // Killed and reaped whatever happens to the test.
+  struct Children {
+    std::vector<pid_t> pids;
+    ~Children() {
+      for (pid_t p : pids) {
+        ::kill(p, SIGKILL);
+        ::waitpid(p, nullptr, 0);
+      }
+    }
+  } guard;
+  std::vector<pid_t>& children = guard.pids;
+  int got = 0;
+  // Four uids of 32 each: the per-uid cap (32) and the admin reserve (8 of 128) hold them to 120.
+  for (uid_t uid : {60001u, 60002u, 60003u, 60004u}) {
+    children.push_back(hostile(d.socket, uid, 32, report[1]));
+    char c = 0;
+    REQUIRE(::read(report[0], &c, 1) == 1);
+    got += c;
+  }
+  // A fifth uid's one connection: only the reserved slots are left, and it is not an admin.
+  children.push_back(hostile(d.socket, 60005, 1, report[1]));
+  char c = 0;
+  REQUIRE(::read(report[0], &c, 1) == 1);
+  got += c;
+  CAPTURE(got);
+  // A sixth uid, at once (before any stalled stream times out): refused, and told why.
+  {
+    const pid_t p = ::fork();
+    if (p == 0) {
+      if (::setresgid(60006, 60006, 60006) != 0 || ::setresuid(60006, 60006, 60006) != 0) _exit(2);
+      RawClient late(d.socket);
+      if (!late.connected()) _exit(6);
+      auto r = late.recv_message(10s * kSlow);
+      if (!r) _exit(3);
+      if (r->value("error", "") != "io.haltpolld.TooManyConnections") _exit(4);
+      _exit(r->at("parameters").value("reason", "").find("reserved") != std::string::npos ? 0 : 5);
+    }
+    int st = 0;
+    ::waitpid(p, &st, 0);
+    CAPTURE(st >> 8);
+    CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  }
+  // Root still gets a reserved slot, and its admin call succeeds.
+  RawClient admin(d.socket);
+  REQUIRE(admin.connected());
+  auto reset = call_within(admin, "io.haltpolld.ResetStats", json::object(), 5s * kSlow);
+  CHECK(error_of(reset).empty());
+  auto status = call_within(admin, "io.haltpolld.GetStatus", json::object(), 5s * kSlow)["parameters"];
+  CHECK(status["control"]["connections"].get<int>() <= 121);
+  // Nobody reads the streams: each is closed once its replies stop moving for idle_timeout_ms.
+  REQUIRE(error_of(call_within(admin, "io.haltpolld.SetConfig", {{"config", {{"socket", {{"idle_timeout_ms", 2000}}}}}},
+                                5s * kSlow)).empty());
+  int open = 1000;
+  for (int i = 0; i < 200 * kSlow && open > 1; ++i) {
+    std::this_thread::sleep_for(100ms);
+    open = call_within(admin, "io.haltpolld.GetStatus", json::object(), 5s * kSlow)["parameters"]["control"]["connections"].get<int>();
+  }
+  CHECK(open == 1);
+  const long hwm = status_kib(d.proc->pid(), "VmHWM:");
+  CAPTURE(rss_before, hwm);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  WARN("sanitizer build: shadow memory inflates RSS; the 32 MiB bound is checked in the dev build");
+#else
+  CHECK(hwm < 32 * 1024);
+#endif
+  CHECK(d.alive());
+  ::close(report[0]);
+  ::close(report[1]);
+  CHECK(d.stop() == 0);
+}
+
+TEST_CASE("hardening: a client that half-closes still gets every reply") {
+  Daemon d(kFast);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, d.socket.c_str(), sizeof a.sun_path - 1);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const std::string calls =
+      json{{"method", "io.haltpolld.Watch"}, {"more", true}, {"parameters", {{"interval_ms", 100}, {"count", 3}}}}.dump() +
+      std::string(1, '\0') + json{{"method", "io.haltpolld.GetConfig"}}.dump() + std::string(1, '\0');
+  REQUIRE(::send(fd, calls.data(), calls.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(calls.size()));
+  REQUIRE(::shutdown(fd, SHUT_WR) == 0);
+  std::string all;
+  char buf[65536];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) <= 0) break;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;  // EOF: the daemon closed after the last reply
+    all.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  CHECK(std::count(all.begin(), all.end(), '\0') == 4);  // three Watch replies and GetConfig's
+  CHECK(all.find("\"config\"") != std::string::npos);
   CHECK(d.stop() == 0);
 }

@@ -16,6 +16,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <vector>
 
 using namespace haltpolld;
 using testsupport::FakeSysfs;
@@ -153,6 +156,268 @@ TEST_CASE("a corrupt state file is reported and left for inspection") {
   auto r = a.recover();
   CHECK(!r.ok);
   CHECK(std::filesystem::exists(state));
+}
+
+namespace {
+
+std::string state_json(const std::string& root, std::map<std::string, nlohmann::json> params,
+                       nlohmann::json extra = nlohmann::json::object()) {
+  nlohmann::json j = extra;
+  if (!j.contains("version")) j["version"] = 1;
+  j["sysfs_root"] = root;
+  j["pid"] = 1;
+  j["params"] = nlohmann::json::object();
+  for (auto& [k, v] : params) j["params"][k] = v;
+  return j.dump();
+}
+
+std::map<std::string, nlohmann::json> good_params() {
+  return {{"guest_halt_poll_ns", "111"},
+          {"guest_halt_poll_grow", "3"},
+          {"guest_halt_poll_grow_start", "4000"},
+          {"guest_halt_poll_shrink", "5"},
+          {"guest_halt_poll_allow_shrink", "N"}};
+}
+
+ControllerOptions kernel_options(const FakeSysfs& fs, const TempDir& dir) {
+  ControllerOptions o;
+  o.sysfs_root = fs.root();
+  o.state_dir = dir.path();
+  o.kernel_mode = true;
+  o.probe_rate_hz = 0;
+  return o;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_CASE("hardening: a state file never names the tree it writes to") {
+  FakeSysfs configured, other;
+  TempDir dir;
+  const std::string state = dir.path() + "/s.json";
+  // A forged file naming another tree: nothing is written anywhere, the file stays for inspection.
+  REQUIRE(replace_file_atomically(state, state_json(other.root() + "/", good_params())) == 0);
+  SysfsHaltpollParams a(configured.root(), state);
+  auto r = a.recover();
+  CHECK(!r.ok);
+  CHECK(r.message.find("configured root") != std::string::npos);
+  CHECK(other.param("guest_halt_poll_ns") == "200000");
+  CHECK(configured.param("guest_halt_poll_ns") == "200000");
+  CHECK(std::filesystem::exists(state));
+  // The same values for the configured root are applied.
+  REQUIRE(replace_file_atomically(state, state_json(configured.root(), good_params())) == 0);
+  r = a.recover();
+  CHECK(r.ok);
+  CHECK(configured.param("guest_halt_poll_ns") == "111");
+  CHECK(configured.param("guest_halt_poll_allow_shrink") == "N");
+  CHECK(!std::filesystem::exists(state));
+}
+
+TEST_CASE("hardening: every value and type of the state file is checked; a bad one writes nothing and throws nothing") {
+  FakeSysfs fs;
+  TempDir dir;
+  const std::string state = dir.path() + "/haltpoll-params.json";
+  auto with = [](const char* name, nlohmann::json v) {
+    auto p = good_params();
+    p[name] = std::move(v);
+    return p;
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"beyond UINT32_MAX", state_json(fs.root(), with("guest_halt_poll_ns", "4294967296"))},
+      {"negative", state_json(fs.root(), with("guest_halt_poll_ns", "-1"))},
+      {"float text", state_json(fs.root(), with("guest_halt_poll_ns", "1e8"))},
+      {"trailing junk", state_json(fs.root(), with("guest_halt_poll_grow", "2\n3"))},
+      {"bool not Y/N", state_json(fs.root(), with("guest_halt_poll_allow_shrink", "yes"))},
+      {"number, not string", state_json(fs.root(), with("guest_halt_poll_ns", 5))},
+      {"missing parameter", [&] {
+         auto p = good_params();
+         p.erase("guest_halt_poll_shrink");
+         return state_json(fs.root(), p);
+       }()},
+      {"extra parameter", state_json(fs.root(), with("../../../etc/passwd", "1"))},
+      {"pid a string", [&] {
+         auto j = nlohmann::json::parse(state_json(fs.root(), good_params()));
+         j["pid"] = "one";
+         return j.dump();
+       }()},
+      {"sysfs_root a number", [&] {
+         auto j = nlohmann::json::parse(state_json(fs.root(), good_params()));
+         j["sysfs_root"] = 7;
+         return j.dump();
+       }()},
+      {"version a string", state_json(fs.root(), good_params(), {{"version", "1"}})},
+      {"params an array", R"({"version":1,"params":["guest_halt_poll_ns"]})"},
+      {"not an object", "[1,2,3]"},
+  };
+  for (const auto& [what, text] : cases) {
+    INFO(what);
+    REQUIRE(replace_file_atomically(state, text) == 0);
+    ControllerOptions o = kernel_options(fs, dir);
+    Controller ctl(o, std::unique_ptr<PoolAccess>{});
+    REQUIRE_NOTHROW(ctl.start());
+    CHECK(ctl.status()["kernel"]["recovery"].get<std::string>().find("not applied") != std::string::npos);
+    CHECK(fs.param("guest_halt_poll_ns") == "200000");
+    CHECK(fs.param("guest_halt_poll_grow") == "2");
+    CHECK(fs.param("guest_halt_poll_grow_start") == "50000");
+    CHECK(fs.param("guest_halt_poll_shrink") == "2");
+    CHECK(fs.param("guest_halt_poll_allow_shrink") == "Y");
+    CHECK(slurp(state) == text);  // kept exactly as found
+    ctl.stop();
+    CHECK(slurp(state) == text);
+  }
+}
+
+TEST_CASE("hardening: the state file is read only when the daemon's uid alone can have written it") {
+  FakeSysfs fs;
+  TempDir dir;
+  const std::string state = dir.path() + "/s.json";
+  const std::string text = state_json(fs.root(), good_params());
+  SECTION("a symlink to a file with valid content") {
+    const std::string real = dir.path() + "/real.json";
+    REQUIRE(replace_file_atomically(real, text) == 0);
+    std::filesystem::create_symlink(real, state);
+    auto r = SysfsHaltpollParams(fs.root(), state).recover();
+    CHECK(!r.ok);
+    CHECK(r.message.find("symbolic link") != std::string::npos);
+  }
+  SECTION("group-writable file") {
+    REQUIRE(replace_file_atomically(state, text, {.mode = 0620}) == 0);
+    auto r = SysfsHaltpollParams(fs.root(), state).recover();
+    CHECK(!r.ok);
+    CHECK(r.message.find("writable by group or others") != std::string::npos);
+  }
+  SECTION("a directory others may write (/tmp style)") {
+    REQUIRE(replace_file_atomically(state, text) == 0);
+    ::chmod(dir.path().c_str(), 01777);
+    auto r = SysfsHaltpollParams(fs.root(), state).recover();
+    CHECK(!r.ok);
+    CHECK(r.message.find("directory") != std::string::npos);
+  }
+  SECTION("a file of another user") {
+    if (::geteuid() != 0) {
+      WARN("not root: cannot give a file to another uid; skipped");
+      return;
+    }
+    REQUIRE(replace_file_atomically(state, text) == 0);
+    REQUIRE(::chown(state.c_str(), 65534, 65534) == 0);
+    auto r = SysfsHaltpollParams(fs.root(), state).recover();
+    CHECK(!r.ok);
+    CHECK(r.message.find("belongs to uid 65534") != std::string::npos);
+  }
+  SECTION("a FIFO does not block") {
+    REQUIRE(::mkfifo(state.c_str(), 0600) == 0);
+    auto r = SysfsHaltpollParams(fs.root(), state).recover();
+    CHECK(!r.ok);
+    CHECK(r.message.find("not a regular file") != std::string::npos);
+  }
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  CHECK(std::filesystem::exists(std::filesystem::symlink_status(state)));
+}
+
+TEST_CASE("hardening: a parameter that is a symlink is not written through") {
+  FakeSysfs fs;
+  TempDir dir;
+  const std::string victim = dir.path() + "/victim";
+  std::ofstream(victim) << "precious\n";
+  std::filesystem::remove(fs.params_dir() + "/guest_halt_poll_ns");
+  std::filesystem::create_symlink(victim, fs.params_dir() + "/guest_halt_poll_ns");
+  REQUIRE(replace_file_atomically(dir.path() + "/s.json", state_json(fs.root(), good_params())) == 0);
+  SysfsHaltpollParams a(fs.root(), dir.path() + "/s.json");
+  auto r = a.recover();
+  CHECK(!r.ok);
+  CHECK(r.message.find("symbolic link") != std::string::npos);
+  CHECK(slurp(victim) == "precious\n");
+}
+
+TEST_CASE("hardening: an unapplied state file is never overwritten; kernel writes wait until it is removed") {
+  FakeSysfs fs;
+  TempDir dir;
+  const std::string state = dir.path() + "/haltpoll-params.json";
+  const std::string text = state_json(fs.root(), [] { auto p = good_params(); p["guest_halt_poll_ns"] = "4294967295x"; return p; }());
+  REQUIRE(replace_file_atomically(state, text) == 0);
+  ControllerOptions o = kernel_options(fs, dir);
+  o.tuner.policy = Policy::static_value;
+  o.tuner.static_ns = 12345;
+  Controller ctl(o, std::unique_ptr<PoolAccess>{});
+  ctl.start();
+  ctl.tick();
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  CHECK(slurp(state) == text);
+  auto s = ctl.status();
+  CHECK(s["effective_mode"] == "observe");
+  CHECK(s["kernel_mode_inactive_reason"].get<std::string>().find("refused") != std::string::npos);
+  // Also a plain actuator, the first write: refused while the file is there.
+  SysfsHaltpollParams a(fs.root(), state);
+  CHECK(!a.recover().ok);
+  auto w = a.set_poll_ns(999);
+  CHECK(!w.ok);
+  CHECK(w.message.find("remove " + state) != std::string::npos);
+  CHECK(slurp(state) == text);
+  // An operator removes it: writes go ahead, with a fresh state file holding the real originals.
+  std::filesystem::remove(state);
+  CHECK(a.set_poll_ns(999).ok);
+  CHECK(fs.param("guest_halt_poll_ns") == "999");
+  CHECK(slurp(state).find("\"200000\"") != std::string::npos);
+  CHECK(a.restore().ok);
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  ctl.stop();
+}
+
+TEST_CASE("hardening: a state file this run did not write is neither overwritten nor removed") {
+  FakeSysfs fs;
+  TempDir dir;
+  const std::string state = dir.path() + "/s.json";
+  SysfsHaltpollParams a(fs.root(), state);
+  CHECK(a.recover().ok);  // none yet
+  // Planted after start-up (e.g. a symlink to a victim): the first save refuses, nothing is followed.
+  const std::string victim = dir.path() + "/victim";
+  std::ofstream(victim) << "precious\n";
+  std::filesystem::create_symlink(victim, state);
+  CHECK(!a.set_poll_ns(5).ok);
+  CHECK(a.restore().ok);
+  CHECK(std::filesystem::is_symlink(state));
+  CHECK(slurp(victim) == "precious\n");
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+}
+
+TEST_CASE("hardening: replace_file_atomically replaces a planted symlink, never its target, and sets the mode") {
+  TempDir dir;
+  const std::string victim = dir.path() + "/victim";
+  std::ofstream(victim) << "precious\n";
+  const std::string target = dir.path() + "/out.prom";
+  std::filesystem::create_symlink(victim, target);
+  const mode_t old = ::umask(0077);
+  REQUIRE(replace_file_atomically(target, "metrics\n", {.mode = 0644}) == 0);
+  ::umask(old);
+  CHECK(slurp(victim) == "precious\n");
+  CHECK(!std::filesystem::is_symlink(target));
+  CHECK(slurp(target) == "metrics\n");
+  struct stat st{};
+  REQUIRE(::stat(target.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0644);
+  // No temporary left behind.
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    (void)e;
+    ++files;
+  }
+  CHECK(files == 2);
+  // DirectoryHandle: remove_if_same removes only the file it wrote.
+  int err = 0;
+  auto d = DirectoryHandle::open(dir.path(), err);
+  REQUIRE(d);
+  WrittenFile id;
+  REQUIRE(d->replace("m.prom", "a\n", {.mode = 0644}, &id) == 0);
+  REQUIRE(replace_file_atomically(dir.path() + "/m.prom", "someone else's\n") == 0);
+  CHECK(!d->remove_if_same("m.prom", id));
+  CHECK(slurp(dir.path() + "/m.prom") == "someone else's\n");
+  REQUIRE(d->replace("m.prom", "b\n", {.mode = 0644}, &id) == 0);
+  CHECK(d->remove_if_same("m.prom", id));
+  CHECK(!std::filesystem::exists(dir.path() + "/m.prom"));
 }
 
 // Opt-in: HALTPOLL_REAL_SYSFS=1 writes the real parameters, kills a writer with SIGKILL and checks

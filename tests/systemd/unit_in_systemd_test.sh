@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# Runs systemd/haltpolld.service under a real systemd: a Debian 12 root file system (mmdebstrap,
+# cached), systemd as PID 1 of private PID, mount, UTS, IPC and cgroup namespaces, chrooted into
+# that tree; never over the host's own root (systemd-tmpfiles there would empty the host's /tmp).
+# Checks that the hardened unit lets the daemon do its job: start with a STATUS=, the watchdog,
+# reload, kill -9 -> restart and restore, stop -> restore, the admin group's socket, a textfile
+# another user can read, eBPF (loaded or a reason in status) and a warning at journal priority.
+# The haltpoll parameters are a fake tree on a tmpfs mounted over /sys/module and the cpuidle
+# directory inside the namespace, exactly where ReadWritePaths= points; HALTPOLL_REAL_SYSFS=1 uses
+# the real ones (under the shared lock, restored on exit).
+# Usage: unit_in_systemd_test.sh UNIT HALTPOLLD_BIN HALTPOLLCTL_BIN
+# Exit 77 (skipped) only where the kernel or the sandbox refuses namespaces, or without root.
+set -euo pipefail
+unit="$1"; daemon_bin="$2"; ctl_bin="$3"
+skip() { echo "skipped: $*"; exit 77; }
+fail() { echo "FAILED: $*" >&2; dump_journal; exit 1; }
+ok() { echo "ok: $*"; }
+
+[ "$(id -u)" = 0 ] || skip "needs root (namespaces, chroot, mounts)"
+command -v mmdebstrap >/dev/null || skip "mmdebstrap not installed (scripts/install-deps.sh installs it)"
+unshare --pid --fork --mount --uts --ipc --cgroup true 2>/dev/null || skip "unshare of pid/mount/uts/ipc/cgroup namespaces refused here"
+
+# The libraries of the binaries under test, as Debian packages, join the image; the list keys the cache.
+pkgs="systemd dbus passwd util-linux"
+for lib in $(ldd "$daemon_bin" "$ctl_bin" | awk '/=> \// {print $3}' | sort -u); do
+  p="$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true)"
+  [ -n "$p" ] && pkgs="$pkgs ${p%%:*}"
+done
+pkgs="$(echo "$pkgs" | tr ' ' '\n' | sort -u | tr '\n' ',' | sed 's/,$//')"
+cache="${HALTPOLL_ROOTFS_CACHE:-/var/cache/haltpolld-test}"
+key="$(echo "bookworm minbase $pkgs" | sha256sum | cut -c1-16)"
+tarball="$cache/rootfs-$key.tar"
+mkdir -p "$cache"
+if [ ! -s "$tarball" ]; then
+  # The host's own apt sources: the test reaches only Debian's mirror, as the host's apt does.
+  sources=""
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
+    if [ -s "$f" ] && grep -Eq '^[[:space:]]*(deb|URIs:)' "$f"; then sources="$f"; break; fi
+  done
+  [ -n "$sources" ] || fail "no apt sources on the host for mmdebstrap"
+  echo "building the root file system ($pkgs) into $tarball"
+  t0=$SECONDS
+  # The output's format follows its extension: keep ".tar" on the partial file.
+  mmdebstrap --quiet --variant=minbase --include="$pkgs" bookworm "$cache/partial-$key.tar" "$sources"
+  mv "$cache/partial-$key.tar" "$tarball"
+  echo "root file system built in $((SECONDS - t0)) s"
+fi
+
+work="$(mktemp -d /var/tmp/haltpolld-systemd-XXXXXX)"
+root="$work/root"
+pid1=""
+cleanup() {
+  # Only the systemd this script started, by its PID; its namespace goes with it.
+  if [ -n "$pid1" ] && kill -0 "$pid1" 2>/dev/null; then
+    kill -KILL "$pid1" 2>/dev/null || true
+    wait "$unshare_pid" 2>/dev/null || true
+  fi
+  [ -n "${real_guard:-}" ] && restore_real
+  umount -R "$root" 2>/dev/null || true
+  rm -rf --one-file-system "$work"
+}
+trap cleanup EXIT
+mkdir -p "$root"
+tar -C "$root" -xf "$tarball"
+
+# --- install the daemon, unit and config into the tree ---
+install -m 0755 "$daemon_bin" "$root/usr/sbin/haltpolld"
+install -m 0755 "$ctl_bin" "$root/usr/bin/haltpollctl"
+install -m 0644 "$unit" "$root/etc/systemd/system/haltpolld.service"
+mkdir -p "$root/etc/systemd/system/haltpolld.service.d" "$root/etc/haltpolld" "$root/var/lib/prometheus/node-exporter"
+# A short watchdog so that "alive past 3 x WatchdogSec" takes seconds, not minutes.
+cat > "$root/etc/systemd/system/haltpolld.service.d/test.conf" <<'CONF'
+[Service]
+WatchdogSec=2s
+RestartSec=1s
+CONF
+# The admin-group setup exactly as docs/operations.md documents it.
+cat > "$root/etc/systemd/system/haltpolld.service.d/admin-group.conf" <<'CONF'
+[Service]
+SupplementaryGroups=haltpoll-admin
+CONF
+cat > "$root/etc/haltpolld/haltpolld.json" <<'JSON'
+{
+  "mode": "kernel",
+  "socket": {"admin_group": "haltpoll-admin", "mode": "0660"},
+  "pool": {"guest_halt_poll_ns": 12345},
+  "tuner": {"policy": "static", "interval_ms": 200},
+  "metrics": {"textfile": "/var/lib/prometheus/node-exporter/haltpolld.prom"}
+}
+JSON
+chroot "$root" groupadd -r haltpoll-admin
+chroot "$root" useradd -M -N -g users -G haltpoll-admin operator1
+chroot "$root" useradd -M -N -g users reader1
+echo "haltpolld-test" > "$root/etc/hostname"
+: > "$root/etc/machine-id"
+chroot "$root" systemd-machine-id-setup >/dev/null 2>&1 || true
+# Units that would touch the host (kernel tunables, /tmp cleanup, modules, devices, consoles).
+for u in systemd-sysctl.service systemd-tmpfiles-setup.service systemd-tmpfiles-setup-dev.service \
+         systemd-tmpfiles-clean.service systemd-tmpfiles-clean.timer systemd-modules-load.service \
+         systemd-udevd.service systemd-udevd-control.socket systemd-udevd-kernel.socket systemd-udev-trigger.service \
+         systemd-binfmt.service proc-sys-fs-binfmt_misc.automount proc-sys-fs-binfmt_misc.mount \
+         systemd-timesyncd.service getty@tty1.service console-getty.service serial-getty@.service getty.target \
+         systemd-logind.service systemd-remount-fs.service systemd-firstboot.service systemd-random-seed.service \
+         systemd-update-utmp.service systemd-pstore.service systemd-hwdb-update.service sys-kernel-debug.mount \
+         sys-kernel-tracing.mount sys-kernel-config.mount sys-fs-fuse-connections.mount dev-hugepages.mount \
+         dev-mqueue.mount apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer; do
+  ln -sf /dev/null "$root/etc/systemd/system/$u"
+done
+
+params=/sys/module/haltpoll/parameters
+originals="guest_halt_poll_ns=200000 guest_halt_poll_grow=2 guest_halt_poll_grow_start=50000 guest_halt_poll_shrink=2 guest_halt_poll_allow_shrink=Y"
+if [ "${HALTPOLL_REAL_SYSFS:-}" = 1 ]; then
+  [ -d "$params" ] || skip "HALTPOLL_REAL_SYSFS=1 but $params does not exist"
+  exec 9>/tmp/haltpoll-real-sysfs.lock
+  flock 9
+  originals=""
+  for f in guest_halt_poll_ns guest_halt_poll_grow guest_halt_poll_grow_start guest_halt_poll_shrink guest_halt_poll_allow_shrink; do
+    originals="$originals $f=$(cat "$params/$f")"
+  done
+  real_guard=1
+  restore_real() { for kv in $originals; do echo "${kv#*=}" > "$params/${kv%%=*}" || true; done; }
+fi
+
+# --- boot: stage 2 runs as PID 1 of the new namespaces, mounts the tree and becomes systemd ---
+cat > "$work/stage2.sh" <<STAGE2
+#!/bin/sh
+set -e
+mount --make-rprivate /
+mount --bind "$root" "$root"
+mount -t proc proc "$root/proc"
+mount -t sysfs sysfs "$root/sys"
+mount --rbind /dev "$root/dev"
+mount -t tmpfs -o mode=0755 tmpfs "$root/run"
+mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+if [ "${HALTPOLL_REAL_SYSFS:-}" != 1 ]; then
+  # The fake haltpoll module and cpuidle files, where the unit's ReadWritePaths= expects them.
+  mount -t tmpfs -o mode=0755 tmpfs "$root/sys/module"
+  mkdir -p "$root$params"
+  for kv in $originals; do echo "\${kv#*=}" > "$root$params/\${kv%%=*}"; done
+  mount -t tmpfs -o mode=0755 tmpfs "$root/sys/devices/system/cpu/cpuidle"
+  echo haltpoll > "$root/sys/devices/system/cpu/cpuidle/current_driver"
+  echo haltpoll > "$root/sys/devices/system/cpu/cpuidle/current_governor"
+fi
+export container=haltpolld-test
+exec chroot "$root" /lib/systemd/systemd --system --log-target=console --show-status=no </dev/null >"$work/console.log" 2>&1
+STAGE2
+chmod +x "$work/stage2.sh"
+unshare --pid --fork --mount --uts --ipc --cgroup --kill-child "$work/stage2.sh" &
+unshare_pid=$!
+for _ in $(seq 100); do
+  pid1="$(cat /proc/$unshare_pid/task/$unshare_pid/children 2>/dev/null | awk '{print $1}')"
+  [ -n "$pid1" ] && break
+  sleep 0.1
+done
+[ -n "$pid1" ] || fail "unshare did not start stage 2"
+ns() { nsenter --target "$pid1" --mount --uts --ipc --pid --cgroup --root --wd=/ -- "$@"; }
+dump_journal() {
+  [ -n "${pid1:-}" ] || return 0
+  echo "--- journal of haltpolld ---" >&2
+  ns journalctl --no-pager -u haltpolld -n 80 >&2 2>/dev/null || true
+  echo "--- console ---" >&2
+  tail -40 "$work/console.log" >&2 2>/dev/null || true
+}
+for _ in $(seq 300); do
+  state="$(ns systemctl is-system-running 2>/dev/null || true)"
+  case "$state" in running|degraded) break ;; esac
+  sleep 0.1
+done
+case "$state" in running|degraded) ok "systemd booted in the namespace ($state, PID 1 is host pid $pid1)" ;;
+  *) fail "systemd did not finish booting: '$state'" ;; esac
+
+show() { ns systemctl show -p "$1" --value haltpolld; }
+param() { ns cat "$params/$1"; }
+check_originals() {
+  for kv in $originals; do
+    [ "$(param "${kv%%=*}")" = "${kv#*=}" ] || fail "$1: ${kv%%=*} is $(param "${kv%%=*}"), not ${kv#*=}"
+  done
+}
+wait_for() {  # wait_for SECONDS COMMAND...
+  local n=$(( $1 * 10 )); shift
+  for _ in $(seq "$n"); do "$@" && return 0; sleep 0.1; done
+  return 1
+}
+tuned() { [ "$(param guest_halt_poll_ns)" = 12345 ]; }
+
+# start: active, a STATUS= line, the tuner's value written
+ns systemctl start haltpolld || fail "systemctl start"
+[ "$(show ActiveState)" = active ] || fail "not active after start"
+status_text="$(show StatusText)"
+[ -n "$status_text" ] || fail "no STATUS= text"
+ok "started: StatusText='$status_text'"
+wait_for 10 tuned || fail "the static tuner did not write 12345 (kernel mode): $(ns haltpollctl status 2>&1 | head -20)"
+ok "kernel mode wrote guest_halt_poll_ns=12345 through ReadWritePaths="
+
+# the watchdog keeps it alive past 3 x WatchdogSec (2 s here)
+main_pid="$(show MainPID)"
+sleep 7
+[ "$(show ActiveState)" = active ] && [ "$(show MainPID)" = "$main_pid" ] && [ "$(show NRestarts)" = 0 ] ||
+  fail "not the same healthy process after 7 s with WatchdogSec=2s (restarts $(show NRestarts))"
+ok "watchdog: same pid $main_pid after 3.5 x WatchdogSec, no restart"
+
+# reload applies a changed file
+ns sed -i 's/"interval_ms": 200/"interval_ms": 300/' /etc/haltpolld/haltpolld.json
+ns systemctl reload haltpolld || fail "systemctl reload"
+wait_for 5 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- haltpollctl config get tuner.interval_ms 2>/dev/null | grep -q 300" ||
+  fail "reload did not apply tuner.interval_ms=300: $(ns haltpollctl config get tuner.interval_ms 2>&1)"
+ok "reload applied tuner.interval_ms=300"
+
+# the admin group's socket works (the unit may chown it), and others may not change settings
+[ "$(ns stat -c %G /run/haltpolld/io.haltpolld)" = haltpoll-admin ] || fail "socket group is $(ns stat -c %G /run/haltpolld/io.haltpolld)"
+ns setpriv --reuid=operator1 --regid=users --init-groups haltpollctl reset >/dev/null || fail "operator1 (haltpoll-admin) cannot reset"
+if ns setpriv --reuid=reader1 --regid=users --init-groups haltpollctl reset >/dev/null 2>&1; then fail "reader1 (not in the group, not in the socket's group) could reset"; fi
+ok "admin group: socket group haltpoll-admin, a member may reset, a non-member may not"
+
+# the textfile is readable by another user despite UMask=0077
+wait_for 5 ns test -s /var/lib/prometheus/node-exporter/haltpolld.prom || fail "no textfile"
+[ "$(ns stat -c %a /var/lib/prometheus/node-exporter/haltpolld.prom)" = 644 ] || fail "textfile mode $(ns stat -c %a /var/lib/prometheus/node-exporter/haltpolld.prom)"
+ns setpriv --reuid=reader1 --regid=users --clear-groups cat /var/lib/prometheus/node-exporter/haltpolld.prom | grep -q haltpoll_info ||
+  fail "reader1 cannot read the textfile"
+ok "textfile 0644, readable by another user"
+
+# eBPF: loaded, or the status says why (the text must exist)
+st_json="$(ns haltpollctl status --json)"
+if echo "$st_json" | grep -q '"bpf"\|"ebpf"'; then
+  echo "$st_json" | grep -Eq '"(loaded|reason)"' || fail "eBPF state without loaded/reason: $st_json"
+  ok "eBPF: status reports it"
+else
+  # TODO(lead): the eBPF helper's IdleTrace is not wired into status on this branch.
+  echo "$st_json" | grep -q '"mode_reason"' || fail "status has no mode_reason"
+  ok "eBPF: not wired on this branch; status explains the mode ($(echo "$st_json" | grep -o '"mode_reason": *"[^"]*"' | head -1))"
+fi
+
+# kill -9: systemd restarts it, and the new instance restores the originals first (a warning)
+ns systemctl kill --kill-who=main --signal=SIGKILL haltpolld  # kill -9 of the main process (no procps in the tree)
+wait_for 15 sh -c "[ \"\$(nsenter --target $pid1 --mount --pid --root --wd=/ -- systemctl show -p NRestarts --value haltpolld)\" = 1 ] && [ \"\$(nsenter --target $pid1 --mount --pid --root --wd=/ -- systemctl show -p ActiveState --value haltpolld)\" = active ]" ||
+  fail "no restart after kill -9 (NRestarts=$(show NRestarts), $(show ActiveState))"
+new_pid="$(show MainPID)"
+[ "$new_pid" != "$main_pid" ] || fail "same MainPID after kill -9"
+wait_for 10 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- journalctl --no-pager -u haltpolld -p warning | grep -q 'restored the haltpoll parameters saved by pid $main_pid'" ||
+  fail "the restarted instance did not report restoring the originals saved by pid $main_pid at priority warning"
+ok "kill -9: restarted as pid $new_pid, which restored the originals saved by pid $main_pid (journalctl -p warning shows it)"
+wait_for 10 tuned || fail "the restarted instance did not tune again"
+
+# stop restores exactly the originals; the runtime directory (state) is kept but holds no state file
+ns systemctl stop haltpolld
+[ "$(show ActiveState)" = inactive ] || fail "not inactive after stop: $(show ActiveState)"
+check_originals "after stop"
+ns test ! -e /run/haltpolld/haltpoll-params.json || fail "state file left after a clean stop"
+ns test ! -e /var/lib/prometheus/node-exporter/haltpolld.prom || fail "textfile left after a clean stop"
+ok "stop: all five parameters are the originals again, no state file, no textfile"
+echo "PASS: the hardened unit runs haltpolld under a real systemd"
