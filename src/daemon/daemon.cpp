@@ -352,32 +352,7 @@ StatsSnapshot Daemon::Impl::stats() {
   if (pool_) {
     s.pin_failures = pool_->pin_failures().size();
     const auto& bounds = exposition_bounds();
-    for (const haltpoll::WorkerStats& w : pool_->all_stats()) {
-      CpuStats c;
-      c.cpu = static_cast<unsigned>(w.cpu);
-      c.tasks_run = w.tasks_run;
-      c.task_exceptions = w.task_exceptions;
-      c.poll_hits = w.poll_hits;
-      c.poll_misses = w.poll_misses;
-      c.futex_waits = w.futex_waits;
-      c.wakes_without_syscall = w.wakes_without_syscall;
-      c.poll_ns = w.poll_ns;
-      c.window_ns = w.window_ns;
-      c.latency_count = w.latency.count();
-      c.latency_sum_ns = w.latency.sum_ns();
-      c.p50_ns = w.latency.percentile(0.5);
-      c.p90_ns = w.latency.percentile(0.9);
-      c.p99_ns = w.latency.percentile(0.99);
-      c.p999_ns = w.latency.percentile(0.999);
-      std::uint64_t below = 0;
-      for (std::uint64_t b : bounds) {
-        std::uint64_t n = w.latency.count_at_or_below(b);
-        c.latency_buckets.push_back({b, n >= below ? n - below : 0});
-        below = std::max(below, n);
-      }
-      c.latency_buckets.push_back({UINT64_MAX, c.latency_count >= below ? c.latency_count - below : 0});
-      s.cpus.push_back(std::move(c));
-    }
+    for (const haltpoll::WorkerStats& w : pool_->all_stats()) s.cpus.push_back(CpuStats::of(w, bounds));
     return s;
   }
   for (unsigned cpu : cpus_) {

@@ -257,3 +257,24 @@ TEST_CASE("eBPF kernel series: outcomes, skipped IPIs, limits and idle-period hi
   CHECK(rc == 0);
   CHECK(out.empty());
 }
+
+// The worker families are generated from the library's counter table: with a worker whose every
+// counter is set, the exposition must still pass promtool's lint (names, units, HELP, _total).
+TEST_CASE("worker series of every HALTPOLL_WORKER_COUNTERS counter pass promtool") {
+  haltpoll::WorkerStats w;
+  w.cpu = 1;
+  std::uint64_t n = 0;
+#define FILL(name, kind, source, help) w.name = ++n * 1000;
+  HALTPOLL_WORKER_COUNTERS(FILL)
+#undef FILL
+  StatsSnapshot s;
+  s.version = "test";
+  s.mode = "observe";
+  s.cpus.push_back(CpuStats::of(w, {1000, 2000}));
+  const std::string t = render_prometheus(s);
+  CHECK(t.find("haltpoll_worker_tasks_total{cpu=\"1\"} 1000\n") != std::string::npos);
+  auto [rc, out] = promtool_check_metrics(t);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.empty());
+}

@@ -12,14 +12,13 @@ using varlink::Reply;
 
 namespace {
 
-constexpr const char* kIdl = R"(# haltpolld: guest halt-polling measurement and tuning. See docs/protocol.md.
+constexpr const char* kIdlHead = R"(# haltpolld: guest halt-polling measurement and tuning. See docs/protocol.md.
 interface io.haltpolld
 
 type LatencyBucket (le_ns: ?int, count: int)
 type Latency (count: int, sum_ns: int, p50_ns: int, p90_ns: int, p99_ns: int, p999_ns: int, buckets: ?[]LatencyBucket)
-type CpuStats (cpu: int, tasks_run: int, task_exceptions: int, poll_hits: int, poll_misses: int,
-  poll_hit_ratio: float, futex_waits: int, wakes_without_syscall: int, poll_ns: int, window_ns: int, latency: Latency)
-type KernelParams (present: bool, guest_halt_poll_ns: ?int, guest_halt_poll_grow: ?int, guest_halt_poll_shrink: ?int,
+)";
+constexpr const char* kIdlTail = R"(type KernelParams (present: bool, guest_halt_poll_ns: ?int, guest_halt_poll_grow: ?int, guest_halt_poll_shrink: ?int,
   guest_halt_poll_grow_start: ?int, guest_halt_poll_allow_shrink: ?bool)
 
 error ConfigRefused (path: string, reason: string, file: ?string)
@@ -30,6 +29,17 @@ error MessageTooLarge (limit: int)
 error TooManyConnections (limit: int)
 error InternalError (reason: string)
 )";
+
+// The IDL: the CpuStats type lists every counter of the library's table (HALTPOLL_WORKER_COUNTERS),
+// so that GetStats and its description cannot drift apart.
+std::string idl() {
+  std::string cpu_stats = "type CpuStats (cpu: int,";
+#define HALTPOLLD_IDL_FIELD(name, kind, source, help) cpu_stats += " " #name ": int,";
+  HALTPOLL_WORKER_COUNTERS(HALTPOLLD_IDL_FIELD)
+#undef HALTPOLLD_IDL_FIELD
+  cpu_stats += " poll_hit_ratio: float, latency: Latency)\n";
+  return std::string(kIdlHead) + cpu_stats + kIdlTail;
+}
 
 // Reads an optional non-negative integer parameter; returns false (and sets `err`) when present
 // but not an integer in [lo, hi].
@@ -103,7 +113,7 @@ Reply stats_reply(ControlBackend& backend, const json& params, bool allow_watch_
 }  // namespace
 
 void register_control_interface(varlink::Registry& registry, ControlBackend& backend) {
-  registry.describe_interface(kInterface, kIdl);
+  registry.describe_interface(kInterface, idl());
   auto name = [](const char* m) { return std::string(kInterface) + "." + m; };
   ControlBackend* b = &backend;
 

@@ -1,24 +1,29 @@
 #include "control/prometheus.hpp"
 
+#include <cctype>
 #include <cstdio>
 #include <limits>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 namespace haltpolld {
 
 namespace {
 
-// Prometheus label values escape backslash, double quote and newline.
-std::string escape_label(const std::string& v) {
+// The exposition format escapes backslash and newline in HELP text, and double quotes too in label
+// values.
+std::string escape(const std::string& v, bool label) {
   std::string o;
   for (char c : v) {
     if (c == '\\') o += "\\\\";
-    else if (c == '"') o += "\\\"";
+    else if (c == '"' && label) o += "\\\"";
     else if (c == '\n') o += "\\n";
     else o += c;
   }
   return o;
 }
+std::string escape_label(const std::string& v) { return escape(v, true); }
 
 std::string fmt_double(double v) {
   char buf[64];
@@ -188,28 +193,40 @@ std::string render_prometheus(const StatsSnapshot& s) {
   e.family("haltpoll_kernel_mode", "gauge", "1 when the daemon writes the kernel's haltpoll parameters (mode kernel), else 0.");
   e.sample("haltpoll_kernel_mode", "", s.mode == "kernel" ? "1" : "0");
 
-  struct Counter {
-    const char* name;
-    const char* help;
+  // One family per counter of the library's table, named by the exposition rules: base unit
+  // seconds for the *_ns counters, _total for the counters (not the gauges).
+  struct WorkerSeries {
+    std::string name;
+    std::string help;
+    const char* type;
+    bool ns;
     std::uint64_t CpuStats::*field;
   };
-  static const Counter counters[] = {
-      {"haltpoll_worker_tasks_total", "Tasks run by the CPU's worker.", &CpuStats::tasks_run},
-      {"haltpoll_worker_task_exceptions_total", "Tasks that threw (caught and counted).", &CpuStats::task_exceptions},
-      {"haltpoll_worker_poll_hits_total", "Wake-ups that arrived while the worker was still polling.", &CpuStats::poll_hits},
-      {"haltpoll_worker_poll_misses_total", "Poll windows that ran out before work arrived.", &CpuStats::poll_misses},
-      {"haltpoll_worker_futex_waits_total", "FUTEX_WAIT calls of the worker (park path).", &CpuStats::futex_waits},
-      {"haltpoll_worker_wakes_without_syscall_total", "Wake-ups that skipped FUTEX_WAKE because the worker was polling.",
-       &CpuStats::wakes_without_syscall},
-  };
-  for (const auto& c : counters) {
-    e.family(c.name, "counter", c.help);
-    for (const auto& cpu : s.cpus) e.sample(c.name, cpu_label(cpu.cpu), std::to_string(cpu.*(c.field)));
+  static const std::vector<WorkerSeries> worker_series = [] {
+    std::vector<WorkerSeries> v;
+    auto add = [&](std::string_view field, std::string_view kind, std::string_view help, std::uint64_t CpuStats::*member) {
+      const bool ns = field.ends_with("_ns");
+      if (ns) field.remove_suffix(3);
+      if (ns && help.ends_with(", ns")) help.remove_suffix(4);
+      // The family's name since before the table: kept so that dashboards keep working.
+      if (field == "tasks_run") field = "tasks";
+      std::string name = "haltpoll_worker_" + std::string(field) + (ns ? "_seconds" : "");
+      if (kind == "counter") name += "_total";
+      std::string h(help);
+      h[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(h[0])));
+      v.push_back({std::move(name), escape(h + (ns ? ", in seconds." : "."), false), kind == "counter" ? "counter" : "gauge", ns,
+                   member});
+    };
+#define HALTPOLLD_WORKER_SERIES(name, kind, source, help) add(#name, #kind, help, &CpuStats::name);
+    HALTPOLL_WORKER_COUNTERS(HALTPOLLD_WORKER_SERIES)
+#undef HALTPOLLD_WORKER_SERIES
+    return v;
+  }();
+  for (const auto& w : worker_series) {
+    e.family(w.name.c_str(), w.type, w.help.c_str());
+    for (const auto& cpu : s.cpus)
+      e.sample(w.name, cpu_label(cpu.cpu), w.ns ? seconds(cpu.*(w.field)) : std::to_string(cpu.*(w.field)));
   }
-  e.family("haltpoll_worker_poll_seconds_total", "counter", "Time the worker spent polling.");
-  for (const auto& cpu : s.cpus) e.sample("haltpoll_worker_poll_seconds_total", cpu_label(cpu.cpu), seconds(cpu.poll_ns));
-  e.family("haltpoll_worker_window_seconds", "gauge", "The worker's current poll window.");
-  for (const auto& cpu : s.cpus) e.sample("haltpoll_worker_window_seconds", cpu_label(cpu.cpu), seconds(cpu.window_ns));
 
   e.family("haltpoll_wake_latency_seconds", "histogram", "Submit-to-start latency of tasks on the CPU's worker.");
   for (const auto& cpu : s.cpus) {

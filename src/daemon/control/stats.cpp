@@ -22,6 +22,28 @@ json to_json(const KernelHaltpollParams& k) {
   return j;
 }
 
+CpuStats CpuStats::of(const haltpoll::WorkerStats& w, const std::vector<std::uint64_t>& bounds) {
+  CpuStats c;
+  c.cpu = static_cast<unsigned>(w.cpu);
+#define HALTPOLLD_CPU_STATS_COPY(name, kind, source, help) c.name = w.name;
+  HALTPOLL_WORKER_COUNTERS(HALTPOLLD_CPU_STATS_COPY)
+#undef HALTPOLLD_CPU_STATS_COPY
+  c.latency_count = w.latency.count();
+  c.latency_sum_ns = w.latency.sum_ns();
+  c.p50_ns = w.latency.percentile(0.5);
+  c.p90_ns = w.latency.percentile(0.9);
+  c.p99_ns = w.latency.percentile(0.99);
+  c.p999_ns = w.latency.percentile(0.999);
+  std::uint64_t below = 0;
+  for (std::uint64_t b : bounds) {
+    const std::uint64_t n = w.latency.count_at_or_below(b);
+    c.latency_buckets.push_back({b, n >= below ? n - below : 0});
+    below = std::max(below, n);
+  }
+  c.latency_buckets.push_back({std::numeric_limits<std::uint64_t>::max(), c.latency_count >= below ? c.latency_count - below : 0});
+  return c;
+}
+
 CpuKernelTotals& CpuKernelTotals::operator+=(const CpuKernelTotals& o) noexcept {
   idle_entries += o.idle_entries;
   poll_entries += o.poll_entries;
@@ -271,17 +293,13 @@ json stats_to_json(const StatsSnapshot& s, std::optional<unsigned> cpu, bool his
     json lat = {{"count", c.latency_count}, {"sum_ns", c.latency_sum_ns}, {"p50_ns", c.p50_ns},
                 {"p90_ns", c.p90_ns},       {"p99_ns", c.p99_ns},         {"p999_ns", c.p999_ns}};
     if (histogram) lat["buckets"] = buckets_json(c.latency_buckets);
-    cpus.push_back({{"cpu", c.cpu},
-                    {"tasks_run", c.tasks_run},
-                    {"task_exceptions", c.task_exceptions},
-                    {"poll_hits", c.poll_hits},
-                    {"poll_misses", c.poll_misses},
-                    {"poll_hit_ratio", polls ? static_cast<double>(c.poll_hits) / static_cast<double>(polls) : 0.0},
-                    {"futex_waits", c.futex_waits},
-                    {"wakes_without_syscall", c.wakes_without_syscall},
-                    {"poll_ns", c.poll_ns},
-                    {"window_ns", c.window_ns},
-                    {"latency", std::move(lat)}});
+    json j = {{"cpu", c.cpu},
+              {"poll_hit_ratio", polls ? static_cast<double>(c.poll_hits) / static_cast<double>(polls) : 0.0},
+              {"latency", std::move(lat)}};
+#define HALTPOLLD_CPU_STATS_JSON(name, kind, source, help) j[#name] = c.name;
+    HALTPOLL_WORKER_COUNTERS(HALTPOLLD_CPU_STATS_JSON)
+#undef HALTPOLLD_CPU_STATS_JSON
+    cpus.push_back(std::move(j));
   }
   return {{"mode", s.mode},
           {"uptime_seconds", s.uptime_seconds},

@@ -9,6 +9,8 @@
 #include "sysfs/kernel_params.hpp"
 #include "tuning/observation.hpp"
 
+#include <haltpoll/worker_pool.hpp>
+
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
@@ -24,21 +26,23 @@ struct LatencyBucket {
   std::uint64_t count;  // samples in this bucket only (not cumulative)
 };
 
+// One CPU's worker in a snapshot: every counter of the library's table HALTPOLL_WORKER_COUNTERS
+// (worker_pool.hpp), so that a counter added there reaches GetStats and Prometheus without an edit
+// here, plus the latency histogram reduced to percentiles and exposition buckets.
 struct CpuStats {
   unsigned cpu = 0;
-  std::uint64_t tasks_run = 0;
-  std::uint64_t task_exceptions = 0;
-  std::uint64_t poll_hits = 0;
-  std::uint64_t poll_misses = 0;
-  std::uint64_t futex_waits = 0;
-  std::uint64_t wakes_without_syscall = 0;
-  std::uint64_t poll_ns = 0;    // time spent polling, cumulative
-  std::uint64_t window_ns = 0;  // current poll window
+#define HALTPOLLD_CPU_STATS_FIELD(name, kind, source, help) std::uint64_t name = 0;
+  HALTPOLL_WORKER_COUNTERS(HALTPOLLD_CPU_STATS_FIELD)
+#undef HALTPOLLD_CPU_STATS_FIELD
   // Submit→start latency (the wake latency of this CPU's worker).
   std::uint64_t latency_count = 0;
   std::uint64_t latency_sum_ns = 0;
   std::uint64_t p50_ns = 0, p90_ns = 0, p99_ns = 0, p999_ns = 0;
   std::vector<LatencyBucket> latency_buckets;
+
+  // The counters of `w` and its histogram, reduced to percentiles and to one bucket per bound of
+  // `bounds` (ascending, ns) plus a last +Inf bucket.
+  static CpuStats of(const haltpoll::WorkerStats& w, const std::vector<std::uint64_t>& bounds);
 };
 
 nlohmann::json to_json(const KernelHaltpollParams& k);

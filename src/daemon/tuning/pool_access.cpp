@@ -22,13 +22,7 @@ class WorkerPoolAccess final : public PoolAccess {
     return ProbePath::rejected;
   }
 
-  std::vector<PoolCounters> counters() const override {
-    std::vector<PoolCounters> out;
-    for (const auto& s : pool_.all_stats())
-      out.push_back(PoolCounters{s.cpu, s.poll_hits, s.poll_misses, s.poll_ns, s.wasted_poll_ns, s.window_ns,
-                                 s.tasks_run});
-    return out;
-  }
+  std::vector<PoolCounters> counters() const override { return pool_.all_stats(); }
 
   void set_window_cap_ns(std::uint64_t ns) override { pool_.set_window_cap_ns(ns); }
   std::uint64_t window_cap_ns() const override { return pool_.window_cap_ns(); }

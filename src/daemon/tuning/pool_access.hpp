@@ -7,26 +7,17 @@
 
 #include "tuning/prober.hpp"
 
+#include <haltpoll/worker_pool.hpp>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
-namespace haltpoll {
-class WorkerPool;
-}
-
 namespace haltpolld {
 
-struct PoolCounters {
-  int cpu = 0;
-  std::uint64_t poll_hits = 0;
-  std::uint64_t poll_misses = 0;
-  std::uint64_t poll_ns = 0;
-  std::uint64_t wasted_poll_ns = 0;
-  std::uint64_t window_ns = 0;
-  std::uint64_t tasks_run = 0;
-};
+// The counters of one worker, as the pool keeps them: the library's table, not a copy of it.
+using PoolCounters = haltpoll::WorkerStats;
 
 class PoolAccess {
  public:

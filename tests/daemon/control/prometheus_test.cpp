@@ -6,6 +6,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string_view>
+#include <vector>
 #include <sstream>
 
 using namespace haltpolld;
@@ -113,4 +116,69 @@ TEST_CASE("stats JSON filters by CPU and carries the kernel state") {
   CHECK(j["kernel"]["guest_halt_poll_ns"] == 200000);
   CHECK(j["kernel"]["guest_halt_poll_grow"].is_null());
   CHECK(stats_to_json(sample(), 7u, false)["cpus"].empty());
+}
+
+// Every counter of the library's table reaches GetStats and Prometheus: the test walks the table
+// itself, so a counter added there is checked without an edit here. Counter i holds i + 1 (its
+// *_ns form (i + 1) s), so each sample's value says which counter it is.
+TEST_CASE("every worker counter of HALTPOLL_WORKER_COUNTERS reaches GetStats and the metrics") {
+  haltpoll::WorkerStats w;
+  w.cpu = 3;
+  struct Entry {
+    std::string name;
+    bool counter;
+    std::uint64_t value;
+  };
+  std::vector<Entry> table;
+#define FILL(name, kind, source, help)                                                          \
+  {                                                                                             \
+    const std::uint64_t n = table.size() + 1;                                                   \
+    w.name = std::string_view(#name).ends_with("_ns") ? n * 1'000'000'000 : n;                  \
+    table.push_back({#name, std::string_view(#kind) == "counter", w.name});                     \
+  }
+  HALTPOLL_WORKER_COUNTERS(FILL)
+#undef FILL
+  REQUIRE(table.size() >= 17);  // the table as of this test; more is fine
+
+  StatsSnapshot s;
+  s.cpus.push_back(CpuStats::of(w, {1000, 2000}));
+  const auto j = stats_to_json(s, std::nullopt, false);
+  REQUIRE(j["cpus"].size() == 1);
+  for (const auto& e : table) {
+    INFO(e.name);
+    CHECK(j["cpus"][0][e.name] == e.value);
+  }
+
+  const std::string text = render_prometheus(s);
+  std::map<std::string, std::string> types;  // family → TYPE
+  std::map<std::string, std::string> by_value;  // sample value → family, for the cpu="3" worker series
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream l(line.substr(7));
+      std::string family, type;
+      l >> family >> type;
+      types[family] = type;
+    } else if (line.rfind("haltpoll_worker_", 0) == 0 && line.find("{cpu=\"3\"} ") != std::string::npos) {
+      const auto brace = line.find('{');
+      const std::string value = line.substr(line.rfind(' ') + 1);
+      CHECK(by_value.count(value) == 0);  // one series per counter
+      by_value[value] = line.substr(0, brace);
+    }
+  }
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    const auto& e = table[i];
+    INFO(e.name);
+    const auto it = by_value.find(std::to_string(i + 1));
+    REQUIRE(it != by_value.end());
+    const std::string& family = it->second;
+    std::string stem = e.name == "tasks_run" ? "tasks" : e.name;  // the family's name from before the table
+    const bool ns = stem.size() > 3 && stem.substr(stem.size() - 3) == "_ns";
+    if (ns) stem.resize(stem.size() - 3);
+    CHECK(family.rfind("haltpoll_worker_" + stem + (ns ? "_seconds" : ""), 0) == 0);
+    CHECK(types[family] == (e.counter ? "counter" : "gauge"));
+    CHECK((family.size() > 6 && family.substr(family.size() - 6) == "_total") == e.counter);
+    CHECK(text.find("# HELP " + family + " ") != std::string::npos);
+  }
 }

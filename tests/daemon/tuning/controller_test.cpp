@@ -27,7 +27,16 @@ class FakePool final : public PoolAccess {
     std::lock_guard l(mu_);
     reads_ += 1;
     std::vector<PoolCounters> out;
-    for (int c : {0, 1}) out.push_back(PoolCounters{c, reads_ * 10, reads_ * 10, reads_ * 1000, 0, cap_, reads_ * 20});
+    for (int c : {0, 1}) {
+      PoolCounters p;
+      p.cpu = c;
+      p.poll_hits = reads_ * 10;
+      p.poll_misses = reads_ * 10;
+      p.poll_ns = reads_ * 1000;
+      p.window_ns = cap_;
+      p.tasks_run = reads_ * 20;
+      out.push_back(p);
+    }
     return out;
   }
   void set_window_cap_ns(std::uint64_t ns) override { cap_ = ns; }
