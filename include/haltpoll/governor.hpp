@@ -25,29 +25,34 @@
 
 namespace haltpoll {
 
-// The kernel's module parameters (drivers/cpuidle/governors/haltpoll.c), same names and defaults.
-struct HaltpollParams {
-  std::uint32_t guest_halt_poll_ns = 200000;  // the cap, ns
-  std::uint32_t guest_halt_poll_grow = 2;
-  std::uint32_t guest_halt_poll_shrink = 2;
-  std::uint32_t guest_halt_poll_grow_start = 50000;  // ns
-  bool guest_halt_poll_allow_shrink = true;
-  friend bool operator==(const HaltpollParams&, const HaltpollParams&) = default;
-};
-
 // What a haltpoll parameter measures, for code that checks ranges or prints units.
 enum class HaltpollParamKind : std::uint8_t { ns, factor, flag };
 
-// The one list of the five parameters: calls f(name, &HaltpollParams::member, kind) for each, in
-// the order of drivers/cpuidle/governors/haltpoll.c. Parsers, printers, configuration and sysfs
-// code derive their lists from it instead of spelling the names again.
+// The one table of the kernel's module parameters (drivers/cpuidle/governors/haltpoll.c), same
+// names, types and defaults, in the order of that file: X(name, type, default, kind). The struct
+// below, for_each_haltpoll_param and the daemon's sysfs reader and actuator are generated from it.
+// guest_halt_poll_ns is the cap (ns); grow_start is the limit a growing CPU starts from (ns).
+#define HALTPOLL_PARAMS(X)                              \
+  X(guest_halt_poll_ns, std::uint32_t, 200000, ns)      \
+  X(guest_halt_poll_grow, std::uint32_t, 2, factor)     \
+  X(guest_halt_poll_shrink, std::uint32_t, 2, factor)   \
+  X(guest_halt_poll_grow_start, std::uint32_t, 50000, ns) \
+  X(guest_halt_poll_allow_shrink, bool, true, flag)
+
+struct HaltpollParams {
+#define HALTPOLL_PARAMS_FIELD(name, type, value, kind) type name = value;
+  HALTPOLL_PARAMS(HALTPOLL_PARAMS_FIELD)
+#undef HALTPOLL_PARAMS_FIELD
+  friend bool operator==(const HaltpollParams&, const HaltpollParams&) = default;
+};
+
+// Calls f(name, &HaltpollParams::member, kind) for each parameter of the table, in its order, for
+// code that wants the list as values rather than as a macro.
 template <class F>
 constexpr void for_each_haltpoll_param(F&& f) {
-  f("guest_halt_poll_ns", &HaltpollParams::guest_halt_poll_ns, HaltpollParamKind::ns);
-  f("guest_halt_poll_grow", &HaltpollParams::guest_halt_poll_grow, HaltpollParamKind::factor);
-  f("guest_halt_poll_shrink", &HaltpollParams::guest_halt_poll_shrink, HaltpollParamKind::factor);
-  f("guest_halt_poll_grow_start", &HaltpollParams::guest_halt_poll_grow_start, HaltpollParamKind::ns);
-  f("guest_halt_poll_allow_shrink", &HaltpollParams::guest_halt_poll_allow_shrink, HaltpollParamKind::flag);
+#define HALTPOLL_PARAMS_VISIT(name, type, value, kind) f(#name, &HaltpollParams::name, HaltpollParamKind::kind);
+  HALTPOLL_PARAMS(HALTPOLL_PARAMS_VISIT)
+#undef HALTPOLL_PARAMS_VISIT
 }
 
 // Knobs of the adaptive policy. The defaults were chosen on the evaluation traces (bench/tools/gen_traces,

@@ -2,6 +2,8 @@
 
 #include "control/prometheus.hpp"
 
+#include <type_traits>
+
 namespace haltpolld {
 
 using nlohmann::json;
@@ -18,9 +20,7 @@ interface io.haltpolld
 type LatencyBucket (le_ns: ?int, count: int)
 type Latency (count: int, sum_ns: int, p50_ns: int, p90_ns: int, p99_ns: int, p999_ns: int, buckets: ?[]LatencyBucket)
 )";
-constexpr const char* kIdlTail = R"(type KernelParams (present: bool, guest_halt_poll_ns: ?int, guest_halt_poll_grow: ?int, guest_halt_poll_shrink: ?int,
-  guest_halt_poll_grow_start: ?int, guest_halt_poll_allow_shrink: ?bool)
-
+constexpr const char* kIdlTail = R"(
 error ConfigRefused (path: string, reason: string, file: ?string)
 error NoSuchCpu (cpu: int)
 error RestartRequired (paths: []string)
@@ -30,15 +30,22 @@ error TooManyConnections (limit: int)
 error InternalError (reason: string)
 )";
 
-// The IDL: the CpuStats type lists every counter of the library's table (HALTPOLL_WORKER_COUNTERS),
-// so that GetStats and its description cannot drift apart.
+// The IDL: the CpuStats type lists every counter of the library's table (HALTPOLL_WORKER_COUNTERS)
+// and KernelParams every parameter of HALTPOLL_PARAMS, so that GetStats and its description cannot
+// drift apart.
 std::string idl() {
   std::string cpu_stats = "type CpuStats (cpu: int,";
 #define HALTPOLLD_IDL_FIELD(name, kind, source, help) cpu_stats += " " #name ": int,";
   HALTPOLL_WORKER_COUNTERS(HALTPOLLD_IDL_FIELD)
 #undef HALTPOLLD_IDL_FIELD
   cpu_stats += " poll_hit_ratio: float, latency: Latency)\n";
-  return std::string(kIdlHead) + cpu_stats + kIdlTail;
+  std::string kernel_params = "type KernelParams (present: bool";
+#define HALTPOLLD_IDL_PARAM(name, type, value, kind) \
+  kernel_params += std::is_same_v<type, bool> ? ", " #name ": ?bool" : ", " #name ": ?int";
+  HALTPOLL_PARAMS(HALTPOLLD_IDL_PARAM)
+#undef HALTPOLLD_IDL_PARAM
+  kernel_params += ")\n";
+  return std::string(kIdlHead) + cpu_stats + kernel_params + kIdlTail;
 }
 
 // Reads an optional non-negative integer parameter; returns false (and sets `err`) when present

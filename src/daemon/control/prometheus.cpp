@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace haltpolld {
@@ -247,22 +248,20 @@ std::string render_prometheus(const StatsSnapshot& s) {
 
   e.family("haltpoll_kernel_present", "gauge", "1 when /sys/module/haltpoll/parameters exists.");
   e.sample("haltpoll_kernel_present", "", s.kernel.present ? "1" : "0");
-  auto kernel_gauge = [&](const char* name, const char* help, const std::optional<std::uint64_t>& v, bool ns) {
+  // One gauge per parameter of the library's table: the *_ns ones in seconds, the flag as 0/1.
+  auto kernel_gauge = [&](std::string_view param, haltpoll::HaltpollParamKind kind, const auto& v) {
     if (!v) return;
-    e.family(name, "gauge", help);
-    e.sample(name, "", ns ? seconds(*v) : std::to_string(*v));
+    const bool ns = kind == haltpoll::HaltpollParamKind::ns;
+    if (ns) param.remove_suffix(3);
+    const std::string name = "haltpoll_kernel_" + std::string(param) + (ns ? "_seconds" : "");
+    const std::string help = "Kernel " + std::string(param) + (ns ? "_ns, in seconds." : kind == haltpoll::HaltpollParamKind::flag ? " (1 = Y)." : ".");
+    e.family(name.c_str(), "gauge", help.c_str());
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(*v)>, bool>) e.sample(name, "", *v ? "1" : "0");
+    else e.sample(name, "", ns ? seconds(*v) : std::to_string(*v));
   };
-  kernel_gauge("haltpoll_kernel_guest_halt_poll_seconds", "Kernel guest_halt_poll_ns (the global poll cap), in seconds.",
-               s.kernel.guest_halt_poll_ns, true);
-  kernel_gauge("haltpoll_kernel_guest_halt_poll_grow", "Kernel guest_halt_poll_grow (factor).", s.kernel.guest_halt_poll_grow, false);
-  kernel_gauge("haltpoll_kernel_guest_halt_poll_shrink", "Kernel guest_halt_poll_shrink (divisor).", s.kernel.guest_halt_poll_shrink,
-               false);
-  kernel_gauge("haltpoll_kernel_guest_halt_poll_grow_start_seconds", "Kernel guest_halt_poll_grow_start, in seconds.",
-               s.kernel.guest_halt_poll_grow_start, true);
-  if (s.kernel.guest_halt_poll_allow_shrink) {
-    e.family("haltpoll_kernel_guest_halt_poll_allow_shrink", "gauge", "Kernel guest_halt_poll_allow_shrink (1 = Y).");
-    e.sample("haltpoll_kernel_guest_halt_poll_allow_shrink", "", *s.kernel.guest_halt_poll_allow_shrink ? "1" : "0");
-  }
+#define HALTPOLLD_PARAM_GAUGE(name, type, value, kind) kernel_gauge(#name, haltpoll::HaltpollParamKind::kind, s.kernel.name);
+  HALTPOLL_PARAMS(HALTPOLLD_PARAM_GAUGE)
+#undef HALTPOLLD_PARAM_GAUGE
 
   auto counter = [&](const char* name, const char* help, std::uint64_t v) {
     e.family(name, "counter", help);

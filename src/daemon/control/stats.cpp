@@ -12,13 +12,9 @@ using nlohmann::json;
 
 json to_json(const KernelHaltpollParams& k) {
   json j = {{"present", k.present}};
-  auto put = [&](const char* name, const std::optional<std::uint64_t>& v) { j[name] = v ? json(*v) : json(nullptr); };
-  put("guest_halt_poll_ns", k.guest_halt_poll_ns);
-  put("guest_halt_poll_grow", k.guest_halt_poll_grow);
-  put("guest_halt_poll_shrink", k.guest_halt_poll_shrink);
-  put("guest_halt_poll_grow_start", k.guest_halt_poll_grow_start);
-  j["guest_halt_poll_allow_shrink"] =
-      k.guest_halt_poll_allow_shrink ? json(*k.guest_halt_poll_allow_shrink) : json(nullptr);
+#define HALTPOLLD_PARAM_JSON(name, type, value, kind) j[#name] = k.name ? json(*k.name) : json(nullptr);
+  HALTPOLL_PARAMS(HALTPOLLD_PARAM_JSON)
+#undef HALTPOLLD_PARAM_JSON
   return j;
 }
 

@@ -1,7 +1,7 @@
 // SysfsHaltpollParams: the actuator for the kernel's haltpoll governor parameters under
 // `<sysfs_root>/sys/module/haltpoll/parameters/`. It detects whether writing them can have any
 // effect (module present, cpuidle driver registered, current governor "haltpoll") and says
-// precisely why not; before its first write it saves all five original values to a state file
+// precisely why not; before its first write it saves the original values of all the parameters to a state file
 // (write to a temporary file, fsync, rename, fsync the directory) so that the next start after a
 // crash or SIGKILL can put them back; it writes only on change; restore() puts the originals back
 // and removes the state file. A failed write reports errno and the path, changes nothing else and
@@ -14,6 +14,8 @@
 // overwritten: until it is restored or removed, set_poll_ns() refuses with the reason. Parameter
 // files are opened without following a symlink and must be regular files.
 #pragma once
+
+#include <haltpoll/governor.hpp>
 
 #include <array>
 #include <cstdint>
@@ -33,9 +35,12 @@ struct KernelHaltpollState {
 
 class SysfsHaltpollParams {
  public:
-  static constexpr std::array<const char*, 5> kParams = {
-      "guest_halt_poll_ns", "guest_halt_poll_grow", "guest_halt_poll_grow_start", "guest_halt_poll_shrink",
-      "guest_halt_poll_allow_shrink"};
+  // Every parameter of the library's table, all saved and restored together.
+  static constexpr auto kParams = [] {
+#define HALTPOLLD_PARAM_NAME(name, type, value, kind) #name,
+    return std::to_array<const char*>({HALTPOLL_PARAMS(HALTPOLLD_PARAM_NAME)});
+#undef HALTPOLLD_PARAM_NAME
+  }();
 
   struct Result {
     bool ok = true;

@@ -1,18 +1,23 @@
-// The five haltpoll governor parameters as read from <sysfs_root>/sys/module/haltpoll/parameters,
+// The haltpoll governor parameters as read from <sysfs_root>/sys/module/haltpoll/parameters,
 // each one empty when absent or unreadable. A plain value read on demand; no state.
 #pragma once
+
+#include <haltpoll/governor.hpp>
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 namespace haltpolld {
 
-// The five kernel parameters as read from <sysfs_root>/sys/module/haltpoll/parameters.
+// The kernel parameters of the library's table (HALTPOLL_PARAMS) as read from
+// <sysfs_root>/sys/module/haltpoll/parameters: numbers as read (u64), the flag as Y/N.
 struct KernelHaltpollParams {
-  std::optional<std::uint64_t> guest_halt_poll_ns, guest_halt_poll_grow, guest_halt_poll_shrink,
-      guest_halt_poll_grow_start;
-  std::optional<bool> guest_halt_poll_allow_shrink;
+#define HALTPOLLD_KERNEL_PARAM(name, type, value, kind) \
+  std::optional<std::conditional_t<std::is_same_v<type, bool>, bool, std::uint64_t>> name;
+  HALTPOLL_PARAMS(HALTPOLLD_KERNEL_PARAM)
+#undef HALTPOLLD_KERNEL_PARAM
   bool present = false;  // the module directory exists
 };
 KernelHaltpollParams read_kernel_haltpoll_params(const std::string& sysfs_root);
