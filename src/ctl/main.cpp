@@ -7,16 +7,17 @@
 #include "haltpoll/version.hpp"
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <optional>
 #include <iostream>
-#include <sstream>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace {
 
@@ -46,11 +47,14 @@ Screen screen_of_stdout() {
 // "tuner.interval_ms" → "/tuner/interval_ms".
 json::json_pointer key_pointer(const std::string& key) {
   std::string p;
-  std::stringstream in(key);
-  std::string part;
-  while (std::getline(in, part, '.')) {
+  std::string_view rest = key;
+  while (!rest.empty()) {
+    const auto dot = rest.find('.');
+    const std::string_view part = rest.substr(0, dot);
     if (part.empty()) throw CLI::ValidationError("KEY", "expected a dotted key such as tuner.interval_ms");
-    p += "/" + part;
+    p += "/";
+    p += part;
+    rest = dot == std::string_view::npos ? std::string_view() : rest.substr(dot + 1);
   }
   return json::json_pointer(p);
 }
@@ -60,15 +64,15 @@ void print_remote_error(const ClientError& e) {
   std::string err = r.value("error", std::string(e.what()));
   const json& p = r.value("parameters", json::object());
   if (err == haltpolld::errors::config_refused) {
-    std::fprintf(stderr, "haltpollctl: refused: %s%s: %s\n", p.contains("file") ? (p["file"].get<std::string>() + " ").c_str() : "",
-                 p.value("path", "").empty() ? "config" : p.value("path", "").c_str(), p.value("reason", "").c_str());
+    fmt::print(stderr, "haltpollctl: refused: {}{}: {}\n", p.contains("file") ? p["file"].get<std::string>() + " " : "",
+               p.value("path", "").empty() ? "config" : p.value("path", ""), p.value("reason", ""));
   } else if (err == haltpolld::errors::restart_required) {
-    std::fprintf(stderr, "haltpollctl: refused: %s take effect only after a restart (edit the file, then restart haltpolld)\n",
-                 p.value("paths", json::array()).dump().c_str());
+    fmt::print(stderr, "haltpollctl: refused: {} take effect only after a restart (edit the file, then restart haltpolld)\n",
+               p.value("paths", json::array()).dump());
   } else if (err == haltpolld::errors::no_such_cpu) {
-    std::fprintf(stderr, "haltpollctl: the daemon runs no worker on CPU %s\n", p.value("cpu", json()).dump().c_str());
+    fmt::print(stderr, "haltpollctl: the daemon runs no worker on CPU {}\n", p.value("cpu", json()).dump());
   } else {
-    std::fprintf(stderr, "haltpollctl: %s %s\n", err.c_str(), p.empty() ? "" : p.dump().c_str());
+    fmt::print(stderr, "haltpollctl: {} {}\n", err, p.empty() ? "" : p.dump());
   }
 }
 
@@ -183,7 +187,7 @@ int main(int argc, char** argv) {
       if (!key.empty()) {
         auto ptr = key_pointer(key);
         if (!v.contains(ptr)) {
-          std::fprintf(stderr, "haltpollctl: no config key %s\n", key.c_str());
+          fmt::print(stderr, "haltpollctl: no config key {}\n", key);
           return ExitCode::usage_error;
         }
         v = v.at(ptr);
@@ -196,7 +200,7 @@ int main(int argc, char** argv) {
       json running = client.call("io.haltpolld.GetConfig").value("config", json::object());
       auto ptr = key_pointer(key);
       if (!running.contains(ptr)) {
-        std::fprintf(stderr, "haltpollctl: no config key %s\n", key.c_str());
+        fmt::print(stderr, "haltpollctl: no config key {}\n", key);
         return ExitCode::usage_error;
       }
       json parsed = json::parse(value, nullptr, false);
@@ -231,23 +235,23 @@ int main(int argc, char** argv) {
   } catch (const ClientError& e) {
     switch (e.kind()) {
       case ClientError::Kind::not_running:
-        std::fprintf(stderr, "haltpollctl: %s\n", e.what());
+        fmt::print(stderr, "haltpollctl: {}\n", e.what());
         return ExitCode::not_running;
       case ClientError::Kind::permission_denied:
-        std::fprintf(stderr, "haltpollctl: %s\n", e.what());
+        fmt::print(stderr, "haltpollctl: {}\n", e.what());
         return ExitCode::permission_denied;
       case ClientError::Kind::remote:
         print_remote_error(e);
         return ExitCode::failure;
       default:
-        std::fprintf(stderr, "haltpollctl: %s\n", e.what());
+        fmt::print(stderr, "haltpollctl: {}\n", e.what());
         return ExitCode::failure;
     }
   } catch (const CLI::ValidationError& e) {
-    std::fprintf(stderr, "haltpollctl: %s\n", e.what());
+    fmt::print(stderr, "haltpollctl: {}\n", e.what());
     return ExitCode::usage_error;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "haltpollctl: %s\n", e.what());
+    fmt::print(stderr, "haltpollctl: {}\n", e.what());
     return ExitCode::failure;
   }
   return ExitCode::ok;

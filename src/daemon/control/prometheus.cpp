@@ -1,9 +1,10 @@
 #include "control/prometheus.hpp"
 
+#include <fmt/format.h>
+
 #include <cctype>
-#include <cstdio>
+#include <iterator>
 #include <limits>
-#include <sstream>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -26,40 +27,30 @@ std::string escape(const std::string& v, bool label) {
 }
 std::string escape_label(const std::string& v) { return escape(v, true); }
 
-std::string fmt_double(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
+std::string fmt_double(double v) { return fmt::format("{:.9g}", v); }
 
 std::string seconds(std::uint64_t ns) { return fmt_double(static_cast<double>(ns) / 1e9); }
 
 class Exposition {
  public:
   void family(const char* name, const char* type, const char* help) {
-    out_ << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+    fmt::format_to(std::back_inserter(out_), "# HELP {0} {1}\n# TYPE {0} {2}\n", name, help, type);
   }
   void sample(const std::string& name, const std::string& labels, const std::string& value) {
-    out_ << name;
-    if (!labels.empty()) out_ << '{' << labels << '}';
-    out_ << ' ' << value << '\n';
+    if (labels.empty()) fmt::format_to(std::back_inserter(out_), "{} {}\n", name, value);
+    else fmt::format_to(std::back_inserter(out_), "{}{{{}}} {}\n", name, labels, value);
   }
-  std::string str() const { return out_.str(); }
+  std::string str() const { return out_; }
 
  private:
-  std::ostringstream out_;
+  std::string out_;
 };
 
 std::string cpu_label(unsigned cpu) { return "cpu=\"" + std::to_string(cpu) + "\""; }
 
-// Exact, unlike %.9g: a busy CPU's poll time passes 10^3 s within hours, and rounding a counter to
+// Exact, unlike {:.9g}: a busy CPU's poll time passes 10^3 s within hours, and rounding a counter to
 // nine digits would make its rate over a short window jump.
-std::string micros_as_seconds(std::uint64_t us) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%llu.%06llu", static_cast<unsigned long long>(us / 1000000),
-                static_cast<unsigned long long>(us % 1000000));
-  return buf;
-}
+std::string micros_as_seconds(std::uint64_t us) { return fmt::format("{}.{:06}", us / 1000000, us % 1000000); }
 
 // The series of FleetSeries, kept in one block so that they move with the writer as a whole.
 void render_fleet_series(Exposition& e, const FleetSeries& f) {
@@ -106,15 +97,13 @@ void render_fleet_series(Exposition& e, const FleetSeries& f) {
   }
   if (f.last_change_unix_seconds) {
     e.family("haltpoll_tuner_last_change_timestamp_seconds", "gauge", "When the tuner last changed its value (Unix time).");
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3f", *f.last_change_unix_seconds);  // %.9g would round to 10 s
-    e.sample("haltpoll_tuner_last_change_timestamp_seconds", "", buf);
+    // {:.9g} would round to 10 s.
+    e.sample("haltpoll_tuner_last_change_timestamp_seconds", "", fmt::format("{:.3f}", *f.last_change_unix_seconds));
   }
   if (f.steal_seconds) {
     e.family("haltpoll_steal_seconds_total", "counter", "Time the host stole from all the guest's CPUs (/proc/stat).");
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3f", *f.steal_seconds);  // USER_HZ ticks: exact to 10 ms, for years
-    e.sample("haltpoll_steal_seconds_total", "", buf);
+    // USER_HZ ticks: exact to 10 ms, for years.
+    e.sample("haltpoll_steal_seconds_total", "", fmt::format("{:.3f}", *f.steal_seconds));
   }
   if (f.steal_backoff_ratio) {
     e.family("haltpoll_tuner_steal_backoff_ratio", "gauge", "Steal share of all CPU time above which the tuner backs off.");
