@@ -2,6 +2,7 @@
 
 #include "control/control_server.hpp"
 #include "control/control_service.hpp"
+#include "control/controller_json.hpp"
 #include "fleet_metrics.hpp"
 #include "tuning/controller.hpp"
 #include "instance_lock.hpp"
@@ -209,12 +210,13 @@ void Daemon::Impl::schedule_watchdog(std::chrono::microseconds period) {
 
 void Daemon::Impl::refresh_cached_state() {
   effective_mode_ = std::string(to_string(config_.mode));
+  std::optional<ControllerStatus> st;
   if (controller_) {
-    json st = controller_->status();
-    if (st.contains("effective_mode") && st["effective_mode"].is_string()) effective_mode_ = st["effective_mode"].get<std::string>();
+    st = controller_->status();
+    effective_mode_ = st->kernel_effective ? "kernel" : "observe";
   }
   kernel_ = read_kernel_haltpoll_params(config_.sysfs_root);
-  fleet_.refresh(config_.sysfs_root, cpus_, controller_ ? controller_->status() : json(nullptr));
+  fleet_.refresh(config_.sysfs_root, cpus_, st);
 }
 
 void Daemon::Impl::tick() {
@@ -264,9 +266,9 @@ std::string Daemon::Impl::status_line() const {
   std::string mode = std::string(to_string(config_.mode));
   std::string line = mode + " mode, " + std::to_string(cpus_.size()) + " CPUs";
   if (controller_) {
-    json s = controller_->status();
-    if (s.contains("effective_mode") && s["effective_mode"].is_string()) line = s["effective_mode"].get<std::string>() + " mode, " + std::to_string(cpus_.size()) + " CPUs";
-    if (s.contains("tuner") && s["tuner"].contains("current_ns")) line += ", tuner at " + s["tuner"]["current_ns"].dump() + " ns";
+    const ControllerStatus s = controller_->status();
+    line = std::string(s.kernel_effective ? "kernel" : "observe") + " mode, " + std::to_string(cpus_.size()) + " CPUs";
+    line += ", tuner at " + std::to_string(s.tuner.current_ns) + " ns";
   }
   return line;
 }
@@ -322,10 +324,9 @@ void Daemon::Impl::reset_stats() {
 }
 
 json Daemon::Impl::decisions(std::size_t limit) {
-  json d = controller_ ? controller_->decisions() : json::array();
-  if (!d.is_array()) return json::array();
+  std::vector<DecisionRecord> d = controller_ ? controller_->decisions() : std::vector<DecisionRecord>();
   if (limit > 0 && d.size() > limit) d.erase(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() - limit));
-  return d;
+  return decisions_to_json(d);
 }
 
 StatsSnapshot Daemon::Impl::stats() {
@@ -372,12 +373,10 @@ json Daemon::Impl::status() {
   s["mode_reason"] = config_.mode == Mode::observe ? "observe requested by the configuration" : "kernel mode active";
   json controller = nullptr;
   if (controller_) {
-    controller = controller_->status();
-    if (controller.contains("effective_mode") && controller["effective_mode"].is_string())
-      s["mode"] = controller["effective_mode"];
-    if (controller.contains("kernel_mode_inactive_reason") && controller["kernel_mode_inactive_reason"].is_string() &&
-        config_.mode == Mode::kernel)
-      s["mode_reason"] = controller["kernel_mode_inactive_reason"];
+    const ControllerStatus c = controller_->status();
+    s["mode"] = c.kernel_effective ? "kernel" : "observe";
+    if (!c.kernel_mode_inactive_reason.empty() && config_.mode == Mode::kernel) s["mode_reason"] = c.kernel_mode_inactive_reason;
+    controller = status_to_json(c);
   }
   s["backend"] = haltpoll::to_string(haltpoll::active_backend());
   s["cpus"] = cpus_;

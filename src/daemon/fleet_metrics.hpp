@@ -1,16 +1,16 @@
-// FleetMetrics: collects the FleetSeries of the Prometheus exposition (metrics.hpp) on the control
+// FleetMetrics: collects the FleetSeries of the Prometheus exposition (control/prometheus.hpp) on the control
 // thread. record() counts each tick's Decision by action and stamps the last change of the tuner's
 // value; refresh() re-reads the cumulative cpuidle counters and /proc/stat through Sensors (the
 // same parsing the tuner's deltas come from) and takes mode, reason, policy, back-off threshold and
-// the state file's fate from Controller::status(). Kept apart from metrics.cpp so that the writer
+// the state file's fate from Controller::status(). Kept apart from control/prometheus.cpp so that the writer
 // stays pure formatting (the fuzz targets compile it alone). Not thread-safe: one thread calls all.
 #pragma once
 
 #include "control/stats.hpp"
+#include "tuning/controller_status.hpp"
 #include "tuning/observation.hpp"
 
-#include <nlohmann/json_fwd.hpp>
-
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +20,9 @@ class FleetMetrics {
  public:
   FleetMetrics();
   void record(const Decision& d);
-  // `controller_status` is Controller::status() (null without a controller).
-  void refresh(const std::string& sysfs_root, const std::vector<unsigned>& cpus, const nlohmann::json& controller_status);
+  // `controller_status` is Controller::status() (empty without a controller).
+  void refresh(const std::string& sysfs_root, const std::vector<unsigned>& cpus,
+               const std::optional<ControllerStatus>& controller_status);
   const FleetSeries& series() const noexcept { return series_; }
 
  private:

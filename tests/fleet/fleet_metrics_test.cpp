@@ -135,7 +135,7 @@ TEST_CASE("fleet series: mode and reason") {
   }
   SECTION("no controller status: observe, and the reason says the configuration (nothing to report)") {
     FleetMetrics f;
-    f.refresh("/nonexistent-root", {}, nlohmann::json(nullptr));
+    f.refresh("/nonexistent-root", {}, std::nullopt);
     CHECK(f.series().mode == "observe");
     CHECK(f.series().cpuidle.empty());
     CHECK_FALSE(f.series().steal_seconds.has_value());

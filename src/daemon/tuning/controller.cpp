@@ -21,35 +21,6 @@ std::int64_t unix_ms() {
       .count();
 }
 
-nlohmann::json opt(const std::optional<double>& v) {
-  if (!v || !std::isfinite(*v)) return nullptr;
-  return *v;
-}
-
-nlohmann::json to_json(const TunerParams& p) {
-  return {{"policy", std::string(to_string(p.policy))},
-          {"static_ns", p.static_ns},
-          {"target_wake_latency_ns", p.target_wake_latency_ns},
-          {"percentile", p.percentile},
-          {"max_poll_cpu_percent", p.max_poll_cpu_percent},
-          {"min_ns", p.min_ns},
-          {"max_ns", p.max_ns},
-          {"start_ns", p.start_ns},
-          {"ladder_factor", p.ladder_factor},
-          {"min_benefit_ratio", p.min_benefit_ratio},
-          {"min_periods", p.min_periods},
-          {"max_dwell_ticks", p.max_dwell_ticks},
-          {"grow_halts_per_second", p.grow_halts_per_second},
-          {"closed_loop_min_gain", p.closed_loop_min_gain},
-          {"load_change_factor", p.load_change_factor},
-          {"resweep_after_ticks", p.resweep_after_ticks},
-          {"hysteresis", p.hysteresis},
-          {"steal_backoff_percent", p.steal_backoff_percent},
-          {"manage_grow_start", p.manage_grow_start},
-          {"kernel_grow_start_ns", p.kernel_grow_start_ns},
-          {"min_latency_samples", p.min_latency_samples}};
-}
-
 }  // namespace
 
 Controller::Controller(ControllerOptions options, haltpoll::WorkerPool* pool)
@@ -279,23 +250,7 @@ Decision Controller::tick() {
   }
   last_obs_ = obs;
 
-  nlohmann::json e = {{"tick", d.tick},
-                      {"time_ms", unix_ms()},
-                      {"target", target_name(t)},
-                      {"action", to_string(d.action)},
-                      {"previous_ns", d.previous_ns},
-                      {"guest_halt_poll_ns", d.guest_halt_poll_ns},
-                      {"reason", d.reason},
-                      {"poll_cpu_percent", opt(d.poll_cpu_percent)},
-                      {"wake_latency_ns", opt(d.wake_latency_ns)},
-                      {"latency_samples", obs.latency_samples},
-                      {"steal_percent", opt(d.steal_percent)},
-                      {"applied_kernel", d.applied_kernel},
-                      {"applied_pool", d.applied_pool},
-                      {"grow_start_ns", d.grow_start_ns ? nlohmann::json(*d.grow_start_ns) : nlohmann::json(nullptr)},
-                      {"applied_grow_start", d.applied_grow_start},
-                      {"tuner_phase", std::string(tuner_.phase())},
-                      {"halt_exit_penalty_ns", opt(obs.halt_exit_penalty_ns)}};
+  DecisionRecord e{d, unix_ms(), target_name(t), obs.latency_samples, std::string(tuner_.phase()), obs.halt_exit_penalty_ns};
   log_.push_back(std::move(e));
   while (log_.size() > std::max<std::size_t>(options_.decision_log_size, 1)) log_.pop_front();
   if (d.changed()) spdlog::info("tuner: {} -> {} ns: {}", d.previous_ns, d.guest_halt_poll_ns, d.reason);
@@ -341,11 +296,9 @@ void Controller::update(const ControllerOptions& options) {
   if (started_ && (edges_changed || old.probe_rate_hz != options.probe_rate_hz)) start_prober();
 }
 
-nlohmann::json Controller::decisions() const {
+std::vector<DecisionRecord> Controller::decisions() const {
   std::lock_guard lock(mu_);
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& e : log_) a.push_back(e);
-  return a;
+  return {log_.begin(), log_.end()};
 }
 
 std::optional<Observation> Controller::last_observation() const {
@@ -358,109 +311,54 @@ std::string Controller::cpuidle_status() const {
   return sensors_->cpuidle_status();
 }
 
-nlohmann::json Controller::status() const {
+ControllerStatus Controller::status() const {
   std::lock_guard lock(mu_);
   const Target t = target_locked();
-  nlohmann::json params = nlohmann::json::object();
-  for (const char* name : SysfsHaltpollParams::kParams) {
-    auto v = actuator_->read(name);
-    params[name] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
-  }
-  std::string inactive;
-  if (!options_.kernel_mode) inactive = "mode is observe";
-  else if (!kernel_.active) inactive = kernel_.reason;
-  else if (!degraded_reason_.empty()) inactive = "write failed: " + degraded_reason_;
+  ControllerStatus s;
+  s.kernel_requested = options_.kernel_mode;
+  s.kernel_effective = t == Target::kernel;
+  if (!options_.kernel_mode) s.kernel_mode_inactive_reason = "mode is observe";
+  else if (!kernel_.active) s.kernel_mode_inactive_reason = kernel_.reason;
+  else if (!degraded_reason_.empty()) s.kernel_mode_inactive_reason = "write failed: " + degraded_reason_;
+  s.tuning_target = target_name(t);
+  s.started = started_;
+  s.ticks = ticks_;
+  s.interval_ms = options_.interval_ms;
 
-  nlohmann::json s;
-  s["requested_mode"] = options_.kernel_mode ? "kernel" : "observe";
-  s["effective_mode"] = t == Target::kernel ? "kernel" : "observe";
-  s["kernel_mode_inactive_reason"] = inactive.empty() ? nlohmann::json(nullptr) : nlohmann::json(inactive);
-  s["tuning_target"] = target_name(t);
-  s["started"] = started_;
-  s["ticks"] = ticks_;
-  s["interval_ms"] = options_.interval_ms;
-  s["kernel"] = {{"params_dir", actuator_->params_dir()},
-                 {"params_present", kernel_.params_present},
-                 {"cpuidle_driver", kernel_.driver},
-                 {"cpuidle_governor", kernel_.governor},
-                 {"haltpoll_active", kernel_.active},
-                 {"reason", kernel_.reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(kernel_.reason)},
-                 {"params", params},
-                 {"originals_saved", actuator_->has_saved_originals()},
-                 {"state_file", actuator_->state_file()},
-                 {"degraded_reason",
-                  degraded_reason_.empty() ? nlohmann::json(nullptr) : nlohmann::json(degraded_reason_)},
-                 {"recovery", recovery_message_.empty() ? nlohmann::json(nullptr) : nlohmann::json(recovery_message_)}};
-  nlohmann::json sweep = nlohmann::json::array();
-  for (const auto& r : tuner_.sweep_measurements())
-    sweep.push_back({{"ns", r.ns},
-                     {"ticks", r.ticks},
-                     {"wake_ups_per_second", r.wake_rate()},
-                     {"halts_per_second", r.halt_rate()},
-                     {"poll_hits_per_second", r.per_s(r.hits)},
-                     {"ipi_skipped_per_second", r.ipi_skipped ? nlohmann::json(r.per_s(*r.ipi_skipped)) : nlohmann::json(nullptr)},
-                     {"mean_poll_cpu_percent", r.mean_poll_cpu_percent()},
-                     {"max_poll_cpu_percent", r.max_poll_cpu_percent()}});
-  nlohmann::json penalty = {{"ns", opt(penalty_.penalty_ns())},
-                            {"age_s", penalty_.measured_at_ns()
-                                          ? nlohmann::json(static_cast<double>(steady_ns() - *penalty_.measured_at_ns()) / 1e9)
-                                          : nlohmann::json(nullptr)},
-                            {"source", penalty_.source()}};
-  s["tuner"] = {{"current_ns", tuner_.current_ns()},
-                {"phase", std::string(tuner_.phase())},
-                {"ladder_ns", tuner_.ladder()},
-                {"last_sweep", sweep},
-                {"halt_exit_penalty", penalty},
-                {"growth_ceiling_ns",
-                 tuner_.growth_ceiling_ns() ? nlohmann::json(*tuner_.growth_ceiling_ns()) : nlohmann::json(nullptr)},
-                {"params", to_json(tuner_.params())}};
-  s["sensors"] = {{"cpus", sensors_->cpus()},
-                  {"cpuidle_available", sensors_->cpuidle_available()},
-                  {"cpuidle", sensors_->cpuidle_status()},
-                  {"kernel_signals", sensors_->kernel_signals_status()},
-                  {"kernel_signals_missing", sensors_->kernel_signals_missing().empty()
-                                                 ? nlohmann::json(nullptr)
-                                                 : nlohmann::json(sensors_->kernel_signals_missing())}};
-  if (pool_) s["pool"] = {{"cpus", pool_->cpus()}, {"window_cap_ns", pool_->window_cap_ns()}};
-  else s["pool"] = nullptr;
+  auto& k = s.kernel;
+  k.params_dir = actuator_->params_dir();
+  k.params_present = kernel_.params_present;
+  k.cpuidle_driver = kernel_.driver;
+  k.cpuidle_governor = kernel_.governor;
+  k.haltpoll_active = kernel_.active;
+  k.reason = kernel_.reason;
+  for (const char* name : SysfsHaltpollParams::kParams) k.params.emplace_back(name, actuator_->read(name));
+  k.originals_saved = actuator_->has_saved_originals();
+  k.state_file = actuator_->state_file();
+  k.degraded_reason = degraded_reason_;
+  k.recovery = recovery_message_;
+
+  auto& tu = s.tuner;
+  tu.current_ns = tuner_.current_ns();
+  tu.phase = std::string(tuner_.phase());
+  tu.ladder_ns = tuner_.ladder();
+  tu.last_sweep = tuner_.sweep_measurements();
+  tu.penalty_ns = penalty_.penalty_ns();
+  if (penalty_.measured_at_ns()) tu.penalty_age_s = static_cast<double>(steady_ns() - *penalty_.measured_at_ns()) / 1e9;
+  tu.penalty_source = penalty_.source();
+  tu.growth_ceiling_ns = tuner_.growth_ceiling_ns();
+  tu.params = tuner_.params();
+
+  s.sensors = {sensors_->cpus(), sensors_->cpuidle_available(), sensors_->cpuidle_status(),
+               sensors_->kernel_signals_status(), sensors_->kernel_signals_missing()};
+  if (pool_) s.pool = ControllerStatus::Pool{pool_->cpus(), pool_->window_cap_ns()};
   if (prober_) {
-    nlohmann::json per = nlohmann::json::array();
-    for (const auto& c : prober_->totals()) {
-      const auto all = c.all();
-      per.push_back({{"cpu", c.cpu},
-                     {"samples", all.count()},
-                     {"poll_hit", c.poll_hit.count()},
-                     {"park_path", c.park_path.count()},
-                     {"queued", c.queued},
-                     {"rejected", c.rejected},
-                     {"poll_hit_p50_ns", c.poll_hit.interpolated_percentile(0.5)},
-                     {"park_path_p50_ns", c.park_path.interpolated_percentile(0.5)},
-                     {"p50_ns", all.interpolated_percentile(0.5)},
-                     {"p99_ns", all.interpolated_percentile(0.99)}});
-    }
-    s["probes"] = {{"rate_hz_per_cpu", prober_->rate_hz()}, {"per_cpu", per}};
+    s.probes.rate_hz_per_cpu = prober_->rate_hz();
+    s.probes.per_cpu = prober_->totals();
   } else {
-    s["probes"] = {{"rate_hz_per_cpu", 0}, {"reason", pool_ ? "probe rate is 0" : "no worker pool"}};
+    s.probes.reason = pool_ ? "probe rate is 0" : "no worker pool";
   }
-  if (last_obs_) {
-    const auto& o = *last_obs_;
-    s["last_observation"] = {{"tick", o.tick},
-                             {"elapsed_ns", o.elapsed_ns},
-                             {"current_ns", o.current_ns},
-                             {"poll_cpu_percent", opt(o.poll_cpu_percent)},
-                             {"mean_poll_cpu_percent", opt(o.mean_poll_cpu_percent)},
-                             {"wakes_per_second", opt(o.wakes_per_second)},
-                             {"wake_latency_ns", opt(o.wake_latency_ns)},
-                             {"latency_samples", o.latency_samples},
-                             {"steal_percent", opt(o.steal_percent)},
-                             {"cpu_source", o.cpu_source},
-                             {"latency_source", o.latency_source},
-                             {"probe_poll_hits", o.probes.poll_hits},
-                             {"probe_park_path", o.probes.park_path},
-                             {"probe_queued", o.probes.queued}};
-  } else {
-    s["last_observation"] = nullptr;
-  }
+  s.last_observation = last_obs_;
   return s;
 }
 

@@ -10,17 +10,20 @@
 // move and measure itself) when there is a pool, else nowhere (observe). A write failure degrades
 // to observe with the reason in status(). stop() restores the originals and removes the state file.
 //
-// Thread-safety: every public method takes one mutex, so the control server may read status() and
-// decisions() from another thread than the one that ticks. The Prober runs its own thread.
+// Thread-safety: in the daemon every call comes from the one thread that runs the io_context (the
+// tick timer, the varlink handlers, reload and shutdown), so the mutex that every public method
+// takes is never contended there. It stays so that a Controller may be read (status(),
+// decisions(), last_observation()) from another thread than the one that ticks, as the tests and
+// tools do; it costs one uncontended lock per call. The Prober runs its own thread and never takes
+// the mutex (stop() joins it under the lock). status() and decisions() return copies.
 #pragma once
 
 #include "sysfs/actuator.hpp"
+#include "tuning/controller_status.hpp"
 #include "tuning/pool_access.hpp"
 #include "tuning/prober.hpp"
 #include "sysfs/sensors.hpp"
 #include "tuning/tuner.hpp"
-
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <deque>
@@ -62,8 +65,8 @@ class Controller {
   Decision tick();
   void stop();
 
-  nlohmann::json status() const;
-  nlohmann::json decisions() const;  // newest last
+  ControllerStatus status() const;
+  std::vector<DecisionRecord> decisions() const;  // newest last
   // The last tick's Observation (its kernel signals feed the stats snapshot); empty before the
   // first tick.
   std::optional<Observation> last_observation() const;
@@ -101,7 +104,7 @@ class Controller {
   haltpoll::LatencyHistogram carried_probes_;  // probe samples not yet used (fewer than min_latency_samples)
   std::uint32_t carried_ticks_ = 0;
   std::optional<Observation> last_obs_;
-  std::deque<nlohmann::json> log_;
+  std::deque<DecisionRecord> log_;
 };
 
 }  // namespace haltpolld

@@ -3,6 +3,7 @@
 // uses the real /sys/module/haltpoll/parameters, only with HALTPOLL_REAL_SYSFS=1, and restores it.
 #include "sysfs/actuator.hpp"
 #include "sysfs/file_io.hpp"
+#include "control/controller_json.hpp"
 #include "tuning/controller.hpp"
 #include "fake_sysfs.hpp"
 
@@ -142,7 +143,7 @@ TEST_CASE("after SIGKILL the next start restores the originals before its first 
   CHECK(fs.param("guest_halt_poll_ns") == "200000");
   CHECK(fs.param("guest_halt_poll_grow_start") == "50000");
   CHECK(!std::filesystem::exists(dir.path() + "/haltpoll-params.json"));
-  auto s = ctl.status();
+  auto s = status_to_json(ctl.status());
   CHECK(s["kernel"]["recovery"].get<std::string>().find("restored") != std::string::npos);
   ctl.stop();
 }
@@ -259,7 +260,7 @@ TEST_CASE("hardening: every value and type of the state file is checked; a bad o
     ControllerOptions o = kernel_options(fs, dir);
     Controller ctl(o, std::unique_ptr<PoolAccess>{});
     REQUIRE_NOTHROW(ctl.start());
-    CHECK(ctl.status()["kernel"]["recovery"].get<std::string>().find("not applied") != std::string::npos);
+    CHECK(status_to_json(ctl.status())["kernel"]["recovery"].get<std::string>().find("not applied") != std::string::npos);
     CHECK(fs.param("guest_halt_poll_ns") == "200000");
     CHECK(fs.param("guest_halt_poll_grow") == "2");
     CHECK(fs.param("guest_halt_poll_grow_start") == "50000");
@@ -347,7 +348,7 @@ TEST_CASE("hardening: an unapplied state file is never overwritten; kernel write
   ctl.tick();
   CHECK(fs.param("guest_halt_poll_ns") == "200000");
   CHECK(slurp(state) == text);
-  auto s = ctl.status();
+  auto s = status_to_json(ctl.status());
   CHECK(s["effective_mode"] == "observe");
   CHECK(s["kernel_mode_inactive_reason"].get<std::string>().find("refused") != std::string::npos);
   // Also a plain actuator, the first write: refused while the file is there.

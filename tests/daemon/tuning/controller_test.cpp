@@ -1,5 +1,6 @@
 // Controller on a fake tree, with and without a (fake) pool: effective mode and reasons, kernel
 // writes and restore, degrade on write failure, decisions ring buffer, reload.
+#include "control/controller_json.hpp"
 #include "tuning/controller.hpp"
 #include "fake_sysfs.hpp"
 
@@ -70,13 +71,13 @@ TEST_CASE("kernel mode on a haltpoll guest writes, and stop() restores") {
   CHECK(d.guest_halt_poll_ns == 30000);
   CHECK(d.applied_kernel);
   CHECK(fs.param("guest_halt_poll_ns") == "30000");
-  auto s = c.status();
+  auto s = status_to_json(c.status());
   CHECK(s["effective_mode"] == "kernel");
   CHECK(s["tuning_target"] == "kernel");
   CHECK(s["kernel"]["originals_saved"] == true);
   CHECK(std::filesystem::exists(c.state_file()));
   c.tick();
-  auto log = c.decisions();
+  auto log = decisions_to_json(c.decisions());
   REQUIRE(log.size() == 2);
   CHECK(log[0]["action"] == "set");
   CHECK(log[1]["action"] == "hold");
@@ -94,7 +95,7 @@ TEST_CASE("observe mode decides but never writes") {
   CHECK(d.guest_halt_poll_ns == 30000);
   CHECK(!d.applied_kernel);
   CHECK(fs.param("guest_halt_poll_ns") == "200000");
-  CHECK(c.status()["kernel_mode_inactive_reason"] == "mode is observe");
+  CHECK(status_to_json(c.status())["kernel_mode_inactive_reason"] == "mode is observe");
   c.stop();
 }
 
@@ -114,7 +115,7 @@ TEST_CASE("driver none: kernel mode is inactive with the precise reason and the 
   CHECK(d.applied_pool);
   CHECK(raw->cap_ == 30000);
   CHECK(fs.param("guest_halt_poll_ns") == "200000");
-  auto s = c.status();
+  auto s = status_to_json(c.status());
   CHECK(s["effective_mode"] == "observe");
   CHECK(s["tuning_target"] == "pool");
   CHECK(s["kernel_mode_inactive_reason"].get<std::string>().find("current_driver is 'none'") != std::string::npos);
@@ -136,7 +137,7 @@ TEST_CASE("a failed write degrades to observe with the reason and a reload retri
   auto d = c.tick();
   CHECK(!d.applied_kernel);
   CHECK(d.reason.find("degraded to observe") != std::string::npos);
-  auto s = c.status();
+  auto s = status_to_json(c.status());
   CHECK(s["effective_mode"] == "observe");
   CHECK(s["kernel"]["degraded_reason"].get<std::string>().find("No such file") != std::string::npos);
   fs.set_param("guest_halt_poll_ns", "30000");
@@ -168,7 +169,7 @@ TEST_CASE("the decision log is a bounded ring, newest last") {
   Controller c(o, std::unique_ptr<PoolAccess>{});
   c.start();
   for (int i = 0; i < 5; ++i) c.tick();
-  auto log = c.decisions();
+  auto log = decisions_to_json(c.decisions());
   REQUIRE(log.size() == 3);
   CHECK(log[2]["tick"] == 5);
   CHECK(log[0]["tick"] == 3);
@@ -184,7 +185,7 @@ TEST_CASE("with probes, latencies reach the observation") {
   c.start();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   c.tick();
-  auto s = c.status();
+  auto s = status_to_json(c.status());
   CHECK(s["last_observation"]["latency_samples"].get<std::uint64_t>() > 0);
   CHECK(s["last_observation"]["latency_source"] == "probes");
   CHECK(s["probes"]["per_cpu"].size() == 2);
@@ -205,9 +206,9 @@ TEST_CASE("kernel mode with manage_grow_start writes grow_start next to a small 
   CHECK(*d.grow_start_ns == 12500);
   CHECK(d.applied_grow_start);
   CHECK(fs.param("guest_halt_poll_grow_start") == "12500");
-  auto log = c.decisions();
+  auto log = decisions_to_json(c.decisions());
   CHECK(log.back()["grow_start_ns"] == 12500);
-  CHECK(c.status()["tuner"]["halt_exit_penalty"]["ns"].is_null());
+  CHECK(status_to_json(c.status())["tuner"]["halt_exit_penalty"]["ns"].is_null());
   c.stop();
   CHECK(fs.param("guest_halt_poll_ns") == "200000");
   CHECK(fs.param("guest_halt_poll_grow_start") == "50000");

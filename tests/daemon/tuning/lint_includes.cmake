@@ -4,7 +4,9 @@
 #   cmake -DDIR=<src/daemon/tuning> -P lint_includes.cmake
 set(_forbidden
   "boost/" "asio" "fstream" "filesystem" "cstdio" "stdio.h" "fcntl.h" "unistd.h" "sys/stat.h"
-  "sys/socket.h" "sys/types.h" "dirent.h" "sysfs/file_io.hpp")
+  "sys/socket.h" "sys/types.h" "dirent.h" "sysfs/file_io.hpp"
+  # JSON belongs to the control edge: the tuning layer hands over structs (controller_status.hpp).
+  "nlohmann/")
 file(GLOB _files "${DIR}/*.hpp" "${DIR}/*.cpp")
 if(NOT _files)
   message(FATAL_ERROR "no sources under ${DIR}")

@@ -1,0 +1,19 @@
+// The JSON forms of the Controller's reports (docs/protocol.md): GetStatus' `controller` object and
+// the entries of GetDecisions. The tuning layer hands over plain values (tuning/controller_status.hpp);
+// only here do they become JSON. Pure formatting.
+#pragma once
+
+#include "tuning/controller_status.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <vector>
+
+namespace haltpolld {
+
+nlohmann::json status_to_json(const ControllerStatus& s);
+nlohmann::json decision_to_json(const DecisionRecord& d);
+nlohmann::json decisions_to_json(const std::vector<DecisionRecord>& log);  // an array, oldest first
+nlohmann::json to_json(const TunerParams& p);
+
+}  // namespace haltpolld
