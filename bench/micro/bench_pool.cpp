@@ -3,11 +3,14 @@
 //
 // 1. Ping-pong between two threads pinned to two CPUs (the first two of the affinity mask): the
 //    user-space `perf bench sched pipe`. One-way latency = round trip / 2 (exact percentiles over
-//    every sample; raw spin and pool in alternating blocks), for: a raw spin on one
-//    atomic word (the physical limit), the pool with the adaptive policy, the pool with window 0
-//    (every hop through the futex), a plain futex hand-off, std::atomic::wait, std::condition_variable
-//    and Boost.Asio io_context::post across threads. CPU seconds per one-way operation come from
-//    CLOCK_PROCESS_CPUTIME_ID over the measured rounds (both sides, plus the idle main thread).
+//    every sample), for: a raw spin on one atomic word (the physical limit), a raw spin on one word
+//    per direction (an inbox per side: the floor of any queue-per-worker design), the pool with the
+//    adaptive policy (tasks stamped one in 16, and every task), std::atomic::wait on one word and
+//    on an inbox per side (the pool's hand-off) -- these in alternating blocks, so that a change of
+//    the host's mode hits all alike -- then the pool with window 0 (every hop through the futex), a
+//    plain futex hand-off, std::condition_variable and Boost.Asio io_context::post across threads.
+//    CPU seconds per one-way operation come from CLOCK_PROCESS_CPUTIME_ID over the measured rounds
+//    (both sides, plus the idle main thread).
 // 2. Poisson sweep: a generator on the first CPU submits empty tasks to a one-worker pool on the
 //    second CPU at 1k, 10k and 100k wakes/s, for the `haltpoll` and the `adaptive` policy; per point
 //    the submit→start p50/p99, the worker's CPU per wake and its polling CPU %.
@@ -179,6 +182,28 @@ PingPongResult bench_raw_spin(int a, int b, Budget budget) {
       });
 }
 
+// One word per direction, each on a line of its own: every side waits on its own inbox, as each
+// pool worker polls its own queue word. The one-word spin above lets the reply travel in the line
+// the receiver already holds; a pool (any executor with a queue per worker) cannot do that, so this
+// is the floor for a hand-off between two inboxes.
+struct alignas(64) PaddedWord {
+  std::atomic<std::uint32_t> v{0};
+};
+
+PingPongResult bench_raw_spin_inboxes(int a, int b, Budget budget) {
+  PaddedWord to_pong, to_ping;
+  return run_two_threads(
+      a, b, budget,
+      [&](std::uint64_t k) {
+        to_pong.v.store(static_cast<std::uint32_t>(k), std::memory_order_release);
+        while (to_ping.v.load(std::memory_order_acquire) != static_cast<std::uint32_t>(k)) cpu_relax();
+      },
+      [&](std::uint64_t k) {
+        while (to_pong.v.load(std::memory_order_acquire) != static_cast<std::uint32_t>(k)) cpu_relax();
+        to_ping.v.store(static_cast<std::uint32_t>(k), std::memory_order_release);
+      });
+}
+
 long futex(std::atomic<std::uint32_t>& w, int op, std::uint32_t val) {
   return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&w), op, val, nullptr, nullptr, 0);
 }
@@ -210,26 +235,32 @@ PingPongResult bench_futex(int a, int b, Budget budget) {
 // The stores must be seq_cst (the default, as users write it): libstdc++ 12's notify_one() skips
 // FUTEX_WAKE when its waiter count reads 0, and a release store followed by that seq_cst load may
 // be reordered (store buffer) against the waiter's count increment and value load: a lost wake-up.
-PingPongResult bench_atomic_wait(int a, int b, Budget budget) {
-  alignas(64) std::atomic<std::uint32_t> seq{0};
-  auto wait_for = [&](std::uint32_t want) {
+// inboxes = false: one word carries both directions (odd values to pong, even back); true: each side
+// waits on its own word, as each pool worker polls its own queue word (see bench_raw_spin_inboxes).
+PingPongResult bench_atomic_wait(int a, int b, Budget budget, bool inboxes = false) {
+  PaddedWord one, other;
+  std::atomic<std::uint32_t>& to_pong = one.v;
+  std::atomic<std::uint32_t>& to_ping = inboxes ? other.v : one.v;
+  auto wait_for = [](std::atomic<std::uint32_t>& w, std::uint32_t want) {
     for (;;) {
-      std::uint32_t cur = seq.load(std::memory_order_acquire);
+      std::uint32_t cur = w.load(std::memory_order_acquire);
       if (cur == want) return;
-      seq.wait(cur, std::memory_order_acquire);
+      w.wait(cur, std::memory_order_acquire);
     }
   };
+  auto sent = [inboxes](std::uint64_t k) { return static_cast<std::uint32_t>(inboxes ? k : 2 * k - 1); };
+  auto echoed = [inboxes](std::uint64_t k) { return static_cast<std::uint32_t>(inboxes ? k : 2 * k); };
   return run_two_threads(
       a, b, budget,
       [&](std::uint64_t k) {
-        seq.store(static_cast<std::uint32_t>(2 * k - 1));
-        seq.notify_one();
-        wait_for(static_cast<std::uint32_t>(2 * k));
+        to_pong.store(sent(k));
+        to_pong.notify_one();
+        wait_for(to_ping, echoed(k));
       },
       [&](std::uint64_t k) {
-        wait_for(static_cast<std::uint32_t>(2 * k - 1));
-        seq.store(static_cast<std::uint32_t>(2 * k));
-        seq.notify_one();
+        wait_for(to_pong, sent(k));
+        to_ping.store(echoed(k));
+        to_ping.notify_one();
       });
 }
 
@@ -485,7 +516,7 @@ int main(int argc, char** argv) {
   // The raw spin and the pool, the pair the first target compares, run in alternating blocks, so
   // that a change of the host's mode during the run (vCPU placement: the raw hand-off moves between
   // ~60 and ~250 ns on this guest) hits both alike.
-  PingPongResult raw;
+  PingPongResult raw, raw_inboxes, aw, aw_inboxes;
   PoolPingPong pool;
   PingPongResult pool_stamp_all;  // the same with every task stamped (latency_sample_every = 1)
   std::uint64_t pool_idle = 0, pool_hits = 0, pool_tasks = 0, pool_slot_tasks = 0;
@@ -494,6 +525,9 @@ int main(int argc, char** argv) {
     const Budget block{fast.warmup / kBlocks, fast.max_rounds / kBlocks, fast.max_ns / kBlocks};
     for (int i = 0; i < kBlocks; ++i) {
       raw.add(bench_raw_spin(a, b, block));
+      raw_inboxes.add(bench_raw_spin_inboxes(a, b, block));
+      aw.add(bench_atomic_wait(a, b, block));
+      aw_inboxes.add(bench_atomic_wait(a, b, block, /*inboxes=*/true));
       PoolPingPong p = bench_pool(a, b, "adaptive", block);
       pool_stamp_all.add(bench_pool(a, b, "adaptive", block, 1).result);
       pool.result.add(p.result);
@@ -506,6 +540,7 @@ int main(int argc, char** argv) {
     }
   }
   put_pingpong(j, "raw_spin", raw);
+  put_pingpong(j, "raw_spin_inboxes", raw_inboxes);
   put_pingpong(j, "pool", pool.result);
   put_pingpong(j, "pool_stamp_all", pool_stamp_all);
   j.num("pool_latency_sample_every", pool.a.latency_sample_every);
@@ -525,8 +560,8 @@ int main(int argc, char** argv) {
 
   PingPongResult fut = bench_futex(a, b, slow);
   put_pingpong(j, "futex", fut);
-  PingPongResult aw = bench_atomic_wait(a, b, fast);
   put_pingpong(j, "atomic_wait", aw);
+  put_pingpong(j, "atomic_wait_inboxes", aw_inboxes);
   PingPongResult cv = bench_condvar(a, b, slow);
   put_pingpong(j, "condvar", cv);
 #if HALTPOLL_BENCH_HAVE_ASIO
@@ -575,7 +610,14 @@ int main(int argc, char** argv) {
     const auto raw_p50 = static_cast<double>(raw.one_way.percentile(0.5));
     t.boolean("pool_p50_within_sampled_target", pool_p50 <= (raw_p50 >= 50.0 ? 1.5 : 2.0) * raw_p50);
   }
+  // libstdc++ 12's std::atomic::wait registers its waiter before spinning, so every notify_one()
+  // of the ping-pong makes a FUTEX_WAKE, after the store: the receiver's spin sees the store while
+  // the sender is in the system call. Its p50 is then a plain store-to-load hop or the syscall's
+  // round trip, whichever is longer (docs/performance.md); the pool's is its own hand-off.
   t.boolean("pool_p50_le_atomic_wait", pool_p50 <= static_cast<double>(aw.one_way.percentile(0.5)));
+  t.boolean("pool_p50_le_atomic_wait_inboxes", pool_p50 <= static_cast<double>(aw_inboxes.one_way.percentile(0.5)));
+  j.num("pool_over_raw_spin_inboxes_p50",
+        pool_p50 / static_cast<double>(std::max<std::uint64_t>(raw_inboxes.one_way.percentile(0.5), 1)));
   t.boolean("pool_10x_faster_than_futex", 10.0 * pool_p50 <= static_cast<double>(fut.one_way.percentile(0.5)));
   for (const auto& p : points) {
     if (p.policy == "adaptive" && p.rate == 1000) t.boolean("adaptive_1k_poll_cpu_le_5pct", p.poll_cpu_pct <= 5.0);

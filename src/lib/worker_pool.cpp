@@ -134,15 +134,20 @@ struct WorkerPool::Shared {
 
   PoolOptions options;
   Snapshot<PoolTuning> tuning;
+  // Read by every submit (with `options`): apart from the lines written on every submit(Task) or
+  // stats() call.
   std::vector<std::unique_ptr<Worker>> workers;  // fixed after construction
   std::atomic<bool> accepting{true};
-  std::atomic<std::uint64_t> round_robin{0};
-  std::mutex shutdown_mutex;
+  // Written by every submit(Task) (one RMW, from any thread): on a line of its own, or each would
+  // pull the line that all submitters read `accepting` and `workers` from.
+  alignas(64) std::atomic<std::uint64_t> round_robin{0};
+  alignas(64) std::mutex shutdown_mutex;
   bool shut_down = false;
   // Opened once every worker has tried to pin itself. Here, not on the constructor's stack: the
   // last count_down() may still be inside its futex wake when the constructor's wait() returns,
   // and the latch must outlive that call.
   std::optional<std::latch> started;
+  // Locked (written) by every stats() reader: on shutdown_mutex's line, which no submit reads.
   mutable std::mutex reset_mutex;
 
   Worker* find(int cpu) const noexcept {
