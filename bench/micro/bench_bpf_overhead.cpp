@@ -1,12 +1,22 @@
 // The cost of IdleTrace's eBPF program under an idle-heavy load: `perf bench sched pipe -l N` run
-// alternately without and with the program attached (the order swapped every run, so that drift
-// of a shared machine falls on both), the medians compared within this one run. Two measures:
+// under four variants per round (the order rotated every round, so that drift of a shared machine
+// falls on all of them), the medians compared within this one run:
+//   - without: no program;
+//   - noop: a program that returns at once, attached to power:cpu_idle alone: what enabling the
+//     tracepoint and dispatching into BPF costs before the program does anything;
+//   - clock: the same plus one bpf_ktime_get_ns, the clock read every cpu_idle event needs for a
+//     residency;
+//   - with: IdleTrace itself (its three tracepoints).
+// Measures:
+//   - the load's own cost: µs per pipe round trip per variant, its ratio to `without`, and from the
+//     extra time per idle entry the share of one CPU at 100k idle entries/s, the rate of the
+//     issue's target (<= 0.5 % of one CPU). This is the measure that sees everything (dispatch
+//     included); on a pipe the idle periods sit in the round trip's critical path.
+//   - the dispatch into BPF alone, per event, on a tracepoint this process fires itself
+//     (task:task_rename), which needs no idle CPU;
 //   - the program's own run time, from the kernel's BPF statistics (BPF_STATS_RUN_TIME, on only
-//     during the "with" runs): ns per event and the share of one CPU, also scaled to 100k idle
-//     entries/s, the rate of the target (<= 0.5 % of one CPU); and the same per-event cost
-//     from BPF_PROG_TEST_RUN, which needs no idle CPU;
-//   - the load's own cost: µs per pipe round trip with / without (includes the tracepoints'
-//     dispatch, which the statistics do not see).
+//     during the `with` runs), and the same per-event cost from BPF_PROG_TEST_RUN, which needs no
+//     idle CPU.
 // Prints one JSON object. Needs root; the caller sets the cap (scripts/kernel-signals-check.sh).
 // Usage: bench_bpf_overhead [--loops N] [--runs R]
 #include "cpuidle_totals.hpp"
@@ -15,6 +25,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <linux/bpf.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <string>
 #include <string_view>
@@ -58,11 +70,52 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-Run run_pipe(long loops, bool with_program) {
+enum class Variant { without, noop, clock, with };
+constexpr Variant variants[] = {Variant::without, Variant::noop, Variant::clock, Variant::with};
+const char* variant_name(Variant v) {
+  switch (v) {
+    case Variant::without: return "without";
+    case Variant::noop: return "noop";
+    case Variant::clock: return "clock";
+    default: return "with";
+  }
+}
+
+// A raw_tp program of two or three instructions: return 0, optionally after reading the clock.
+int load_reference_program(bool with_clock) {
+  const bpf_insn noop[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},  // r0 = 0
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},                   // exit
+  };
+  const bpf_insn clock[] = {
+      {BPF_JMP | BPF_CALL, 0, 0, 0, BPF_FUNC_ktime_get_ns},  // r0 = bpf_ktime_get_ns()
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  const int prog = with_clock ? bpf_prog_load(BPF_PROG_TYPE_RAW_TRACEPOINT, "hp_clock", "GPL", clock, 3, nullptr)
+                              : bpf_prog_load(BPF_PROG_TYPE_RAW_TRACEPOINT, "hp_noop", "GPL", noop, 2, nullptr);
+  if (prog < 0) {
+    std::fprintf(stderr, "bench_bpf_overhead: cannot load a reference program: %s\n", std::strerror(errno));
+    std::exit(3);
+  }
+  return prog;
+}
+
+Run run_pipe(long loops, Variant variant) {
   Run r;
+  const bool with_program = variant == Variant::with;
   std::unique_ptr<haltpolld::IdleTrace> trace;
-  int stats_fd = -1;
+  int stats_fd = -1, ref_prog = -1, ref_link = -1;
   ProgStats p0;
+  if (variant == Variant::noop || variant == Variant::clock) {
+    ref_prog = load_reference_program(variant == Variant::clock);
+    ref_link = bpf_raw_tracepoint_open("cpu_idle", ref_prog);
+    if (ref_link < 0) {
+      std::fprintf(stderr, "bench_bpf_overhead: cannot attach a reference program to cpu_idle: %s\n",
+                   std::strerror(errno));
+      std::exit(3);
+    }
+  }
   if (with_program) {
     std::string why;
     trace = haltpolld::IdleTrace::open({}, &why);
@@ -106,6 +159,8 @@ Run run_pipe(long loops, bool with_program) {
     r.bpf_cpu_share = ns / (r.wall_s * 1e9);
     ::close(stats_fd);
   }
+  if (ref_link >= 0) ::close(ref_link);
+  if (ref_prog >= 0) ::close(ref_prog);
   return r;
 }
 
@@ -149,24 +204,47 @@ double test_run_ns(int prog, long events) {
 // that only calls bpf_ktime_get_ns, the clock read each cpu_idle event needs (the largest part of
 // the program's cost on a guest).
 double test_run_reference_ns(bool with_clock, long events) {
-  const bpf_insn noop[] = {
-      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},  // r0 = 0
-      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},                   // exit
-  };
-  const bpf_insn clock[] = {
-      {BPF_JMP | BPF_CALL, 0, 0, 0, BPF_FUNC_ktime_get_ns},  // r0 = bpf_ktime_get_ns()
-      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
-      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
-  };
-  const int prog = with_clock ? bpf_prog_load(BPF_PROG_TYPE_RAW_TRACEPOINT, "hp_clock", "GPL", clock, 3, nullptr)
-                              : bpf_prog_load(BPF_PROG_TYPE_RAW_TRACEPOINT, "hp_noop", "GPL", noop, 2, nullptr);
-  if (prog < 0) {
-    std::fprintf(stderr, "bench_bpf_overhead: cannot load a reference program: %s\n", std::strerror(errno));
-    std::exit(3);
-  }
+  const int prog = load_reference_program(with_clock);
   const double ns = test_run_ns(prog, events);
   ::close(prog);
   return ns;
+}
+
+// What a raw tracepoint costs per event before any program work: a no-op program on
+// task:task_rename, which prctl(PR_SET_NAME) fires once per call in the caller's context (unlike
+// sys_enter, attaching it switches no task to a slower syscall path), timed per call with and
+// without the program in alternating rounds (thread CPU time); the median difference. Needs no idle CPU: the
+// same dispatch (bpf_trace_run: RCU, migrate-disable, the program array) runs for cpu_idle.
+double dispatch_ns_per_event(long calls, int rounds) {
+  const int prog = load_reference_program(false);
+  char old_name[17] = {};
+  ::prctl(PR_GET_NAME, old_name);
+  // The thread's own CPU time, so that preemption by other work on a shared machine is not counted.
+  auto thread_ns = [] {
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+  };
+  auto time_calls = [&] {
+    const double t0 = thread_ns();
+    for (long i = 0; i < calls; ++i) ::prctl(PR_SET_NAME, i % 2 ? "hp-bench-a" : "hp-bench-b");
+    return (thread_ns() - t0) / static_cast<double>(calls);
+  };
+  std::vector<double> diffs;
+  for (int r = 0; r < rounds; ++r) {
+    const double off = time_calls();
+    const int link = bpf_raw_tracepoint_open("task_rename", prog);
+    if (link < 0) {
+      std::fprintf(stderr, "bench_bpf_overhead: cannot attach to task:task_rename: %s\n", std::strerror(errno));
+      std::exit(3);
+    }
+    const double on = time_calls();
+    ::close(link);
+    diffs.push_back(on - off);
+  }
+  ::prctl(PR_SET_NAME, old_name);
+  ::close(prog);
+  return median(diffs);
 }
 
 double test_run_ns_per_event(long events) {
@@ -206,20 +284,50 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_bpf_overhead [--loops N] [--runs R]\n");
     return 2;
   }
-  std::vector<double> off_us, on_us, off_rate, on_rate, ns_per_event, share, events;
+  constexpr std::size_t nvar = std::size(variants);
+  std::vector<double> us[nvar], rate[nvar], ns_per_event, share, events;
   for (int i = 0; i < runs; ++i) {
-    for (int k = 0; k < 2; ++k) {
-      const bool with = (k == 0) == (i % 2 == 1);
-      const Run r = run_pipe(loops, with);
-      (with ? on_us : off_us).push_back(r.us_per_op);
-      (with ? on_rate : off_rate).push_back(r.idle_entries_per_s);
-      if (with) {
+    for (std::size_t k = 0; k < nvar; ++k) {
+      const std::size_t v = (k + static_cast<std::size_t>(i)) % nvar;
+      const Run r = run_pipe(loops, variants[v]);
+      us[v].push_back(r.us_per_op);
+      rate[v].push_back(r.idle_entries_per_s);
+      if (variants[v] == Variant::with) {
         ns_per_event.push_back(r.bpf_ns_per_event);
         share.push_back(r.bpf_cpu_share);
         events.push_back(r.bpf_events_per_s);
       }
     }
   }
+  const auto& off_us = us[0];
+  const auto& on_us = us[nvar - 1];
+  const auto& off_rate = rate[0];
+  const auto& on_rate = rate[nvar - 1];
+  // Per variant: the medians, the ratio to `without`, and the added time per idle entry (the extra
+  // µs per round trip over the idle entries per round trip) scaled to 100k entries/s. A round
+  // trip's idle periods are in its critical path, so the added latency is the added CPU work there
+  // (tracepoint dispatch and program), as an estimate that needs no statistics.
+  std::string per_variant;
+  const double base_us = median(off_us);
+  for (std::size_t v = 0; v < nvar; ++v) {
+    const double u = median(us[v]), r = median(rate[v]);
+    const double entries_per_op = r * u / 1e6;
+    const double extra_ns = entries_per_op > 0 ? (u - base_us) * 1000 / entries_per_op : 0;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "%s\"%s\":{\"us_per_op\":%.3f,\"us_per_op_all\":[", v ? "," : "", variant_name(variants[v]), u);
+    per_variant += buf;
+    for (std::size_t k = 0; k < us[v].size(); ++k) {
+      std::snprintf(buf, sizeof buf, "%s%.3f", k ? "," : "", us[v][k]);
+      per_variant += buf;
+    }
+    std::snprintf(buf, sizeof buf,
+                  "],\"ratio\":%.4f,\"idle_entries_per_op\":%.3f,\"extra_ns_per_idle_entry\":%.1f,"
+                  "\"cpu_percent_at_100k_entries_per_s\":%.4f}",
+                  u / base_us, entries_per_op, extra_ns, 100 * extra_ns * 100000.0 / 1e9);
+    per_variant += buf;
+  }
+  const double dispatch_ns = dispatch_ns_per_event(200000, 9);
   const double test_run_ns = test_run_ns_per_event(200000), noop_ns = test_run_reference_ns(false, 200000),
                clock_ns = test_run_reference_ns(true, 200000);
   std::string cap = "unknown";
@@ -232,11 +340,14 @@ int main(int argc, char** argv) {
       "\"bpf_cpu_percent\":%.4f},"
       "\"us_per_op_ratio_with_over_without\":%.4f,\"bpf_cpu_percent_at_100k_entries_per_s\":%.4f,"
       "\"test_run_ns_per_event\":%.1f,\"test_run_noop_ns_per_event\":%.1f,\"test_run_clock_only_ns_per_event\":%.1f,"
-      "\"test_run_net_cpu_percent_at_100k_entries_per_s\":%.4f}\n",
+      "\"test_run_net_cpu_percent_at_100k_entries_per_s\":%.4f,\"dispatch_ns_per_event\":%.1f,"
+      "\"estimate_cpu_percent_at_100k_entries_per_s\":%.4f,\"variants\":{%s}}\n",
       loops, runs, cap.c_str(), median(off_us), median(off_rate), median(on_us), on_entries, median(events),
       median(ns_per_event), 100 * share_m, median(on_us) / median(off_us),
       on_entries > 0 ? 100 * share_m * 100000.0 / on_entries : 0.0, test_run_ns, noop_ns, clock_ns,
       // two events (entry, exit) per idle entry, without what the statistics add
-      100 * std::max(0.0, test_run_ns - noop_ns) * 2 * 100000.0 / 1e9);
+      100 * std::max(0.0, test_run_ns - noop_ns) * 2 * 100000.0 / 1e9, dispatch_ns,
+      // dispatch + program body, two events per idle entry
+      100 * (std::max(0.0, dispatch_ns) + std::max(0.0, test_run_ns - noop_ns)) * 2 * 100000.0 / 1e9, per_variant.c_str());
   return 0;
 }

@@ -311,7 +311,7 @@ std::string render_kernel_top(const json& stats, const json& d, const std::strin
   // On a terminal, as many CPUs as fit above the `all` row; the rest are in `stats --kernel`.
   std::size_t shown = cpus.size();
   if (screen.height > 0 && used + cpus.size() + 2 > screen.height) shown = screen.height > used + 3 ? screen.height - used - 3 : 0;
-  for (std::size_t i = 0; i < shown; ++i) out += kernel_row(str(cpus[i], "cpu"), cpus[i], nullptr) + '\n';
+  for (std::size_t i = 0; i < shown; ++i) out += kernel_row(str(cpus[i], "cpu"), cpus[i], at(cpus[i], "steal_percent")) + '\n';
   if (shown < cpus.size()) out += fmt::format("  … {} more CPUs: haltpollctl stats --kernel\n", cpus.size() - shown);
   out += kernel_row("all", at(ks, "all"), at(ks, "steal_percent")) + '\n';
   return out;
@@ -327,7 +327,7 @@ std::string render_kernel_stats(const json& stats) {
     out += "no kernel signals: " + str(ks, "reason", "unknown") + '\n';
   } else {
     out += "last tick, per second (POLL CPU of `all` in % of one CPU):\n" + kernel_table_header() + '\n';
-    for (const auto& c : items(ks, "cpus")) out += kernel_row(str(c, "cpu"), c, nullptr) + '\n';
+    for (const auto& c : items(ks, "cpus")) out += kernel_row(str(c, "cpu"), c, at(c, "steal_percent")) + '\n';
     out += kernel_row("all", at(ks, "all"), at(ks, "steal_percent")) + '\n';
   }
   const json& t = at(ks, "totals");

@@ -82,6 +82,14 @@ TEST_CASE("top: every line fits 120 columns, CPUs beyond the screen's rows are c
   CHECK(frame.find("98.8k") != std::string::npos);     // IPI skips/s
   CHECK(frame.find(" …\n") != std::string::npos);      // a reason longer than three lines is cut and says so
 
+  // Per-CPU steal from the cpuN lines: CPU 1's row shows it, a row without it a dash.
+  json stolen = stats_with(2);
+  stolen["kernel_signals"]["cpus"][1]["steal_percent"] = 7.25;
+  const std::string with_steal = render_kernel_top(stolen, decision(), "/s", {120, 40});
+  INFO(with_steal);
+  CHECK(with_steal.find("98.8k   7.2%\n") != std::string::npos);
+  CHECK(with_steal.find("98.8k      -\n") != std::string::npos);
+
   const std::string many = render_kernel_top(stats_with(64), decision(), "/s", {120, 40});
   INFO(many);
   CHECK(line_count(many) <= 40);

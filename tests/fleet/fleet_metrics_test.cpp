@@ -237,6 +237,7 @@ TEST_CASE("eBPF kernel series: outcomes, skipped IPIs, limits and idle-period hi
     c.poll_limit_ns = 50000;
     c.limit_grows = 3;
     c.limit_shrinks = 1;
+    if (cpu == 0) c.steal_ns = 250'000'000;  // CPU1's /proc/stat line is missing: no sample for it
     k.cpus.push_back(c);
   }
   IdlePeriodHistograms h;
@@ -250,6 +251,8 @@ TEST_CASE("eBPF kernel series: outcomes, skipped IPIs, limits and idle-period hi
   CHECK(t.find("haltpoll_kernel_poll_hits_total{cpu=\"1\"} 995") != std::string::npos);
   CHECK(t.find("haltpoll_kernel_ipi_skipped_total{cpu=\"0\"} 900") != std::string::npos);
   CHECK(t.find("haltpoll_kernel_poll_limit_seconds{cpu=\"0\"} 5e-05") != std::string::npos);
+  CHECK(t.find("haltpoll_kernel_steal_seconds_total{cpu=\"0\"} 0.25\n") != std::string::npos);
+  CHECK(t.find("haltpoll_kernel_steal_seconds_total{cpu=\"1\"}") == std::string::npos);
   CHECK(t.find("haltpoll_kernel_poll_limit_changes_total{cpu=\"0\",direction=\"grow\"} 3") != std::string::npos);
   CHECK(t.find("haltpoll_kernel_idle_period_seconds_count{outcome=\"poll_hit\"} 3") != std::string::npos);
   CHECK(t.find("haltpoll_kernel_idle_period_seconds_bucket{outcome=\"halt\",le=\"+Inf\"} 1") != std::string::npos);

@@ -88,6 +88,8 @@ class FakeSysfs {
     write("proc/stat", "cpu  100 0 50 " + std::to_string(idle) + " 0 0 0 " + std::to_string(steal) +
                            " 0 0\ncpu0 50 0 25 0 0 0 0 0 0 0\nintr 0\n");
   }
+  // /proc/stat verbatim, for the per-CPU `cpuN` lines.
+  void set_proc_stat_text(const std::string& text) const { write("proc/stat", text); }
   // Makes the parameter directory read-only to this process's writes (as EROFS/EACCES would).
   void make_params_unwritable() const {
     for (const auto& e : std::filesystem::directory_iterator(params_dir()))

@@ -142,6 +142,14 @@ void render_kernel_signal_series(Exposition& e, const KernelSignalsStats& k) {
       e.sample("haltpoll_kernel_poll_limit_changes_total", l + ",direction=\"shrink\"", std::to_string(c.limit_shrinks));
     }
   }
+  bool any_steal = false;
+  for (const auto& c : cpus) any_steal |= c.steal_ns.has_value();
+  if (any_steal) {
+    e.family("haltpoll_kernel_steal_seconds_total", "counter",
+             "Time the host stole from the CPU (its /proc/stat cpuN line; USER_HZ resolution).");
+    for (const auto& c : cpus)
+      if (c.steal_ns) e.sample("haltpoll_kernel_steal_seconds_total", cpu_label(static_cast<unsigned>(c.cpu)), seconds(*c.steal_ns));
+  }
   bool any_limit = false;
   for (const auto& c : k.last.cpus) any_limit |= c.poll_limit_ns.has_value();
   if (any_limit) {

@@ -51,12 +51,13 @@ CpuKernelTotals& CpuKernelTotals::operator+=(const CpuKernelTotals& o) noexcept 
   if (o.ipi_skipped) ipi_skipped = ipi_skipped.value_or(0) + *o.ipi_skipped;
   limit_grows += o.limit_grows;
   limit_shrinks += o.limit_shrinks;
+  if (o.steal_ns) steal_ns = steal_ns.value_or(0) + *o.steal_ns;
   return *this;
 }
 
 CpuKernelTotals CpuKernelTotals::of(const CpuKernelSignals& c) noexcept {
   return {c.cpu,         c.idle_periods(), c.poll_entries, c.poll_ns,     c.halts,        c.halt_ns,
-          c.poll_hits,   c.poll_misses,    c.ipi_skipped,  c.limit_grows, c.limit_shrinks};
+          c.poll_hits,   c.poll_misses,    c.ipi_skipped,  c.limit_grows, c.limit_shrinks, c.steal_ns};
 }
 
 void KernelSignalTotals::add(const KernelSignals& tick) {
@@ -183,7 +184,7 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
     return json{{"idle_entries", t.idle_entries}, {"poll_entries", t.poll_entries},       {"poll_ns", t.poll_ns},
                 {"halts", t.halts},               {"halt_ns", t.halt_ns},                 {"poll_hits", t.poll_hits},
                 {"poll_misses", t.poll_misses},   {"ipi_skipped", opt(t.ipi_skipped)},    {"limit_grows", t.limit_grows},
-                {"limit_shrinks", t.limit_shrinks}};
+                {"limit_shrinks", t.limit_shrinks}, {"steal_ns", opt(t.steal_ns)}};
   };
 
   json cpus = json::array();
@@ -201,6 +202,7 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
     j["limit_grows"] = c.limit_grows;
     j["limit_shrinks"] = c.limit_shrinks;
     j["outcomes_exact"] = c.outcomes_exact;
+    j["steal_percent"] = opt(c.steal_percent);
     for (const CpuKernelTotals& t : k.totals.cpus())
       if (t.cpu == c.cpu) j["totals"] = totals_json(t);
     cpus.push_back(std::move(j));
@@ -264,7 +266,7 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
   signals["poll_limit_ns"] = from_bpf(any_limit, "eBPF power:guest_halt_poll_ns, last value per CPU");
   signals["ipi_skipped"] = from_bpf(any_ipi, "eBPF sched:sched_wake_idle_without_ipi");
   signals["histograms"] = from_bpf(last.periods.has_value(), "eBPF power:cpu_idle, idle periods by outcome");
-  signals["steal_percent"] = k.steal_percent ? signal("exact", "/proc/stat cpu line, all CPUs together (no per-CPU split)")
+  signals["steal_percent"] = k.steal_percent ? signal("exact", "/proc/stat: the cpu line for all CPUs, each cpuN line per CPU")
                                              : signal("missing", k.tick == 0 ? "no tick sampled yet" : "no readable /proc/stat");
 
   return {{"available", available},

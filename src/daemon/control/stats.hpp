@@ -85,6 +85,7 @@ struct CpuKernelTotals {
   std::optional<std::uint64_t> ipi_skipped;  // empty until a tick carried the eBPF count
   std::uint64_t limit_grows = 0;
   std::uint64_t limit_shrinks = 0;
+  std::optional<std::uint64_t> steal_ns;  // this CPU's /proc/stat steal; empty until a tick had it
 
   CpuKernelTotals& operator+=(const CpuKernelTotals& o) noexcept;
   static CpuKernelTotals of(const CpuKernelSignals& tick) noexcept;  // one tick's counts
@@ -114,7 +115,7 @@ class KernelSignalTotals {
 struct KernelSignalsStats {
   std::uint64_t tick = 0;  // the controller's tick that `last` is from; 0: none yet
   KernelSignals last;
-  std::optional<double> steal_percent;  // all CPUs: /proc/stat has no per-CPU split here
+  std::optional<double> steal_percent;  // all CPUs (per CPU: CpuKernelSignals::steal_percent)
   std::string cpuidle_status;           // the sensors' words: states found, or why there are none
   KernelSignalTotals totals;
 

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <unistd.h>
+
 namespace haltpolld {
 
 std::optional<std::vector<int>> parse_cpu_list(const std::string& text) {
@@ -81,23 +83,55 @@ std::optional<CpuidleCounters> Sensors::read_cpuidle(int cpu) const {
   return c;
 }
 
+namespace {
+
+// "cpu  1 2 ..." or "cpu3 1 2 ...": the first eight fields (guest and guest_nice are already in user
+// and nice). A field missing on an old kernel reads 0; a `cpuN` line with a malformed number is
+// skipped rather than misattributed.
+std::optional<CpuStatTimes> parse_cpu_stat_line(const std::string& line) {
+  if (line.rfind("cpu", 0) != 0) return std::nullopt;
+  CpuStatTimes t;
+  std::size_t pos = 3;
+  if (pos < line.size() && line[pos] != ' ') {
+    int cpu = 0;
+    const auto r = std::from_chars(line.data() + pos, line.data() + line.size(), cpu);
+    if (r.ec != std::errc{} || r.ptr == line.data() + line.size() || *r.ptr != ' ' || cpu < 0) return std::nullopt;
+    t.cpu = cpu;
+    pos = static_cast<std::size_t>(r.ptr - line.data());
+  }
+  std::istringstream ss(line.substr(pos));
+  std::uint64_t v[8] = {};
+  for (auto& x : v) {
+    if (!(ss >> x)) x = 0;
+  }
+  for (auto x : v) t.total += x;
+  t.steal = v[7];
+  return t;
+}
+
+}  // namespace
+
 std::optional<ProcStatTimes> Sensors::read_proc_stat() const {
   std::ifstream f(root_ + "proc/stat");
   if (!f) return std::nullopt;
   std::string line;
+  std::optional<ProcStatTimes> out;
   while (std::getline(f, line)) {
-    if (line.rfind("cpu ", 0) != 0) continue;
-    std::istringstream ss(line.substr(4));
-    std::uint64_t v[8] = {};
-    for (auto& x : v) {
-      if (!(ss >> x)) x = 0;
+    if (line.rfind("cpu", 0) != 0) {
+      if (out) break;  // the cpu lines come first and together
+      continue;
     }
-    ProcStatTimes t;
-    for (auto x : v) t.total += x;
-    t.steal = v[7];
-    return t;
+    const auto t = parse_cpu_stat_line(line);
+    if (!t) continue;
+    if (!out) out.emplace();
+    if (t->cpu < 0) {
+      out->total = t->total;
+      out->steal = t->steal;
+    } else {
+      out->cpus.push_back(*t);
+    }
   }
-  return std::nullopt;
+  return out;
 }
 
 CpuKernelSignals derive_kernel_signals(const CpuIdleDelta& d) {
@@ -226,6 +260,22 @@ Observation Sensors::sample(std::uint64_t now_ns) {
     if (total > 0)
       obs.steal_percent = 100.0 * static_cast<double>(delta(stat->steal, last_stat_->steal)) /
                           static_cast<double>(total);
+    // Per CPU: a CPU that went offline (no line now or then) has no steal share rather than 0.
+    static const long user_hz = ::sysconf(_SC_CLK_TCK);
+    auto line_of = [](const ProcStatTimes& t, int cpu) -> const CpuStatTimes* {
+      for (const auto& c : t.cpus)
+        if (c.cpu == cpu) return &c;
+      return nullptr;
+    };
+    for (auto& k : obs.kernel.cpus) {
+      const CpuStatTimes* now = line_of(*stat, k.cpu);
+      const CpuStatTimes* before = line_of(*last_stat_, k.cpu);
+      if (now == nullptr || before == nullptr) continue;
+      const std::uint64_t cpu_total = delta(now->total, before->total);
+      const std::uint64_t steal = delta(now->steal, before->steal);
+      if (user_hz > 0) k.steal_ns = steal * (1'000'000'000u / static_cast<std::uint64_t>(user_hz));
+      if (cpu_total > 0) k.steal_percent = 100.0 * static_cast<double>(steal) / static_cast<double>(cpu_total);
+    }
   }
   last_stat_ = stat;
   last_ns_ = now_ns;

@@ -2,7 +2,8 @@
 // `sysfs_root` ("/" in production, a temporary directory in tests). Per CPU, the cpuidle states
 // `<root>/sys/devices/system/cpu/cpuN/cpuidle/stateK/{name,usage,time}` are classified by name
 // (POLL is the polling state, every other state counts as halt: haltpoll, HLT, C1 ...) and turned
-// into per-tick deltas; steal time comes from the aggregate line of `<root>/proc/stat`. A guest
+// into per-tick deltas; steal time comes from `<root>/proc/stat`, the aggregate `cpu` line for the
+// tick's steal share and each `cpuN` line for that CPU's share and seconds. A guest
 // without cpuidle states (no driver registered) yields no poll-CPU signal rather than zeros.
 // The caller passes the time of each sample, so the class owns no clock; not thread-safe.
 #pragma once
@@ -28,9 +29,17 @@ struct CpuidleCounters {
   std::vector<std::string> state_names;  // in state order, for status
 };
 
+// One line of /proc/stat: the aggregate `cpu` line, or one CPU's `cpuN` line.
+struct CpuStatTimes {
+  int cpu = -1;             // -1: the aggregate line
+  std::uint64_t total = 0;  // user+nice+system+idle+iowait+irq+softirq+steal, in USER_HZ
+  std::uint64_t steal = 0;
+};
+
 struct ProcStatTimes {
   std::uint64_t total = 0;  // user+nice+system+idle+iowait+irq+softirq+steal, in USER_HZ
   std::uint64_t steal = 0;
+  std::vector<CpuStatTimes> cpus;  // the `cpuN` lines in file order (online CPUs only)
 };
 
 // "0-3,6" → {0,1,2,3,6}; empty optional on a syntax error.

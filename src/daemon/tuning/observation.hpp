@@ -48,6 +48,10 @@ struct CpuKernelSignals {
   std::optional<std::uint32_t> poll_limit_ns;  // the governor's current per-CPU limit
   std::uint64_t limit_grows = 0;
   std::uint64_t limit_shrinks = 0;
+  // From this CPU's /proc/stat line (empty without one): the host's steal during the tick, as a
+  // share of the CPU's own time and in ns (USER_HZ resolution, 10 ms at 100 Hz).
+  std::optional<double> steal_percent;
+  std::optional<std::uint64_t> steal_ns;
 
   // Idle periods: a poll that timed out and the halt after it are one period.
   std::uint64_t idle_periods() const noexcept { return poll_entries + halts - poll_misses; }

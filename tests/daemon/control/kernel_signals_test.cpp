@@ -117,6 +117,8 @@ TEST_CASE("kernel_signals: the eBPF reason, the poll limit and the histograms wh
   t.cpus[0].poll_limit_ns = 100'000;
   t.cpus[0].ipi_skipped = 600;
   t.cpus[0].outcomes_exact = true;
+  t.cpus[0].steal_percent = 3.0;
+  t.cpus[0].steal_ns = 15'000'000;
   t.periods.emplace();
   for (int i = 0; i < 750; ++i) t.periods->poll_hit.record(3'000);
   for (int i = 0; i < 250; ++i) t.periods->poll_halt.record(1'500'000);
@@ -130,6 +132,8 @@ TEST_CASE("kernel_signals: the eBPF reason, the poll limit and the histograms wh
   CHECK(c0["mean_poll_hit_ns"] == Approx(25'000'000.0 / 750));
   CHECK(c0["ipi_skipped_per_s"] == Approx(1200));
   CHECK(c0["totals"]["ipi_skipped"] == 1200);
+  CHECK(c0["steal_percent"] == Approx(3.0));
+  CHECK(c0["totals"]["steal_ns"] == 30'000'000);
   CHECK(j["bpf"]["present"] == true);
   CHECK(j["bpf"]["missing_reason"].is_null());
   CHECK(j["signals"]["poll_hits"]["status"] == "exact");

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 using namespace haltpolld;
 using testsupport::FakeSysfs;
 
@@ -41,6 +43,49 @@ TEST_CASE("cpuidle deltas per CPU, POLL found by name, the rest counted as halt"
   REQUIRE(o.steal_percent);
   CHECK(*o.steal_percent == Approx(10.0));
   CHECK(s.cpuidle_status() == "states POLL,haltpoll");
+}
+
+TEST_CASE("steal per CPU from the cpuN lines of /proc/stat, beside the aggregate") {
+  FakeSysfs fs;
+  Sensors s(fs.root(), {});
+  fs.set_proc_stat_text(
+      "cpu  200 0 100 1000 0 0 0 0 0 0\n"
+      "cpu0 100 0 50 500 0 0 0 0 0 0\n"
+      "cpu1 100 0 50 500 0 0 0 0 0 0\n"
+      "intr 0\n");
+  s.sample(0);
+  // In 1 s (100 ticks per CPU at USER_HZ 100): CPU0 lost 30 ticks to the host, CPU1 none.
+  fs.set_state(0, 0, "POLL", 10, 1000);
+  fs.set_state(1, 0, "POLL", 10, 1000);
+  fs.set_proc_stat_text(
+      "cpu  270 0 100 1100 0 0 0 30 0 0\n"
+      "cpu0 140 0 50 530 0 0 0 30 0 0\n"
+      "cpu1 130 0 50 570 0 0 0 0 0 0\n"
+      "intr 0\n");
+  auto o = s.sample(1'000'000'000);
+  REQUIRE(o.steal_percent);
+  CHECK(*o.steal_percent == Approx(15.0));  // 30 of 200
+  REQUIRE(o.kernel.cpus.size() == 2);
+  REQUIRE(o.kernel.cpus[0].steal_percent);
+  CHECK(*o.kernel.cpus[0].steal_percent == Approx(30.0));  // 30 of CPU0's 100
+  REQUIRE(o.kernel.cpus[0].steal_ns);
+  CHECK(*o.kernel.cpus[0].steal_ns == 30 * (1'000'000'000u / static_cast<std::uint64_t>(::sysconf(_SC_CLK_TCK))));
+  REQUIRE(o.kernel.cpus[1].steal_percent);
+  CHECK(*o.kernel.cpus[1].steal_percent == Approx(0.0));
+  CHECK(*o.kernel.cpus[1].steal_ns == 0);
+
+  // CPU1's line vanishes (offline): no steal for it rather than a zero; a malformed line is skipped.
+  fs.set_proc_stat_text(
+      "cpu  290 0 100 1170 0 0 0 40 0 0\n"
+      "cpu0 160 0 50 600 0 0 0 40 0 0\n"
+      "cpuX 1 2 3\n"
+      "intr 0\n");
+  o = s.sample(2'000'000'000);
+  REQUIRE(o.kernel.cpus.size() == 2);
+  REQUIRE(o.kernel.cpus[0].steal_percent);
+  CHECK(*o.kernel.cpus[0].steal_percent == Approx(10.0));  // 10 of 100
+  CHECK(!o.kernel.cpus[1].steal_percent);
+  CHECK(!o.kernel.cpus[1].steal_ns);
 }
 
 TEST_CASE("a halt state with another name (C1) is still the halt side") {
