@@ -164,6 +164,7 @@ ControllerOptions Daemon::Impl::controller_options(const Config& c) const {
   o.tuner.max_ns = static_cast<std::uint32_t>(c.tuner.max_ns);
   o.tuner.min_benefit_ratio = c.tuner.min_benefit_ratio;
   o.tuner.manage_grow_start = c.tuner.manage_grow_start;
+  o.tuner.reset_limits = c.tuner.reset_limits;
   o.probe_rate_hz = c.probe.rate_hz;
   o.interval_ms = c.tuner.interval_ms;
   return o;

@@ -46,6 +46,7 @@ nlohmann::json to_json(const TunerParams& p) {
           {"hysteresis", p.hysteresis},
           {"steal_backoff_percent", p.steal_backoff_percent},
           {"manage_grow_start", p.manage_grow_start},
+          {"reset_limits", p.reset_limits},
           {"kernel_grow_start_ns", p.kernel_grow_start_ns},
           {"min_latency_samples", p.min_latency_samples}};
 }
@@ -257,6 +258,18 @@ Decision Controller::tick() {
       auto r = actuator_->set_poll_ns(d.guest_halt_poll_ns);
       if (r.ok) {
         d.applied_kernel = true;
+        if (d.reset_limits && reset_unavailable_.empty()) {
+          // Not a reason to leave kernel mode: the cap is in force, only CPUs that never halt keep
+          // their old limit. Said once in the log and kept in status.
+          auto z = actuator_->reset_poll_limits();
+          if (z.ok) {
+            d.applied_reset = true;
+          } else {
+            reset_unavailable_ = z.message;
+            d.reason += "; poll limits not reset: " + z.message;
+            spdlog::warn("lowering the cap cannot reset the CPUs' poll limits: {}", z.message);
+          }
+        }
       } else {
         degraded_reason_ = r.message;
         d.reason += "; not applied: " + r.message + " (degraded to observe)";
@@ -294,6 +307,8 @@ Decision Controller::tick() {
                       {"applied_pool", d.applied_pool},
                       {"grow_start_ns", d.grow_start_ns ? nlohmann::json(*d.grow_start_ns) : nlohmann::json(nullptr)},
                       {"applied_grow_start", d.applied_grow_start},
+                      {"reset_limits", d.reset_limits},
+                      {"applied_reset", d.applied_reset},
                       {"tuner_phase", std::string(tuner_.phase())},
                       {"halt_exit_penalty_ns", opt(obs.halt_exit_penalty_ns)}};
   log_.push_back(std::move(e));
@@ -336,6 +351,7 @@ void Controller::update(const ControllerOptions& options) {
     }
   }
   degraded_reason_.clear();  // a reload is the way to retry kernel mode after a failed write
+  reset_unavailable_.clear();
   detect_locked();
   if (!(old.tuner == options_.tuner)) tuner_.set_params(options_.tuner);
   if (started_ && (edges_changed || old.probe_rate_hz != options.probe_rate_hz)) start_prober();
@@ -390,7 +406,10 @@ nlohmann::json Controller::status() const {
                  {"state_file", actuator_->state_file()},
                  {"degraded_reason",
                   degraded_reason_.empty() ? nlohmann::json(nullptr) : nlohmann::json(degraded_reason_)},
-                 {"recovery", recovery_message_.empty() ? nlohmann::json(nullptr) : nlohmann::json(recovery_message_)}};
+                 {"recovery", recovery_message_.empty() ? nlohmann::json(nullptr) : nlohmann::json(recovery_message_)},
+                 {"poll_limit_resets", actuator_->limit_resets()},
+                 {"poll_limit_reset_unavailable",
+                  reset_unavailable_.empty() ? nlohmann::json(nullptr) : nlohmann::json(reset_unavailable_)}};
   nlohmann::json sweep = nlohmann::json::array();
   for (const auto& r : tuner_.sweep_measurements())
     sweep.push_back({{"ns", r.ns},

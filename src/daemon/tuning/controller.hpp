@@ -96,6 +96,7 @@ class Controller {
   KernelHaltpollState kernel_;
   std::string degraded_reason_;  // set when a write failed: kernel mode is off until reload
   std::string recovery_message_;
+  std::string reset_unavailable_;  // why reset_poll_limits() failed (not retried until reload)
   std::uint64_t ticks_ = 0;
   std::vector<PoolCounters> last_pool_;
   haltpoll::LatencyHistogram carried_probes_;  // probe samples not yet used (fewer than min_latency_samples)

@@ -218,6 +218,7 @@ Decision Tuner::move(Decision d, Action a, std::uint32_t to, std::string reason)
   }
   d.action = a;
   d.guest_halt_poll_ns = to;
+  d.reset_limits = params_.reset_limits && to < current_;
   current_ = to;
   at_rung_.reset();
   return d;

@@ -89,6 +89,10 @@ struct TunerParams {
   // below the kernel's grow_start does not collapse to 0 on its first shrink (docs/tuning.md).
   bool manage_grow_start = false;
   std::uint32_t kernel_grow_start_ns = 50000;  // the value found on the guest
+  // Every lowering of the value also zeroes the CPUs' poll limits (Decision::reset_limits): the
+  // governor lowers a CPU's limit only after it halts, so without this a load whose wake-ups all
+  // arrive within the old limit keeps polling at it (docs/tuning.md, "A lower cap that never arrives").
+  bool reset_limits = true;
   // The controller carries probe samples over ticks until it has this many.
   std::uint64_t min_latency_samples = 20;
 

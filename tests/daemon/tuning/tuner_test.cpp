@@ -384,10 +384,11 @@ struct LoopResult {
 };
 
 LoopResult run_loop(LoadModel load, const TunerParams& p, std::uint32_t start, int ticks, int tail,
-                    bool ebpf = false) {
+                    bool ebpf = false, std::uint32_t initial_limit = 0) {
   GuestModelParams gp;
   gp.ebpf = ebpf;
   SimulatedGuest g(std::move(load), 2, gp, 7);
+  g.set_poll_limits(initial_limit);
   Tuner t(p, start);
   LoopResult r;
   double trips = 0, secs = 0;
@@ -396,6 +397,7 @@ LoopResult run_loop(LoadModel load, const TunerParams& p, std::uint32_t start, i
     Observation o = g.run(200'000'000, t.current_ns(), 90);
     if (ebpf) o.halt_exit_penalty_ns = 20000;
     Decision d = t.decide(o);
+    if (d.reset_limits) g.reset_poll_limits();
     if (i >= ticks - tail) {
       r.poll_cpu += *o.poll_cpu_percent / tail;
       trips += static_cast<double>(g.last_round_trips());
@@ -459,6 +461,43 @@ TEST_CASE("model: the 150 us timer stays at <= 50000 and polls under 3 % under b
       CHECK(run_static(LoadModel::timer_150us(), 200000).poll_cpu >= 30);
     }
   }
+}
+
+TEST_CASE("model: a lowered cap reaches a CPU that never halts only through reset_limits") {
+  // The real guest's pinned 150 us timer once its CPU's limit reached 200000 (measured: 93 % poll,
+  // no halt, at cap 200000 and still after the cap went to 20000): every wake-up arrives within
+  // the limit, so the CPU never halts and the governor never lowers it (docs/tuning.md).
+  const LoadModel pinned{"timer_150us_pinned", {{1.0, 145000, 0}}, 5000};
+  for (bool reset : {true, false}) {
+    TunerParams p;
+    p.reset_limits = reset;
+    const auto r = run_loop(pinned, p, 200000, 60, 40, true, 200000);
+    INFO("reset_limits " << reset << ": poll " << r.poll_cpu << "%, final " << r.final_ns);
+    CHECK(r.final_ns <= 50000);
+    if (reset) CHECK(r.poll_cpu <= 3.0);
+    else CHECK(r.poll_cpu >= 30.0);  // the fault the reset exists for: the cap moved, the CPU did not
+  }
+}
+
+TEST_CASE("lowering the value asks for a poll-limit reset, raising it does not") {
+  TunerParams p;
+  p.policy = Policy::static_value;
+  p.static_ns = 20000;
+  Tuner t(p, 200000);
+  auto d = t.decide(synth(200000, timer150));
+  CHECK(d.guest_halt_poll_ns == 20000);
+  CHECK(d.reset_limits);
+  p.static_ns = 100000;
+  t.set_params(p);
+  d = t.decide(synth(20000, timer150));
+  CHECK(d.guest_halt_poll_ns == 100000);
+  CHECK_FALSE(d.reset_limits);
+  p.static_ns = 50000;
+  p.reset_limits = false;
+  t.set_params(p);
+  d = t.decide(synth(100000, timer150));
+  CHECK(d.guest_halt_poll_ns == 50000);
+  CHECK_FALSE(d.reset_limits);
 }
 
 TEST_CASE("model: an idle guest polls at most 0.5 % under balanced") {
