@@ -152,6 +152,7 @@ void visit_schema(V&& v) {
   v("/probe/rate_hz", live, [](auto& c) -> auto& { return c.probe.rate_hz; }, Number{0.0, 10000.0});
   v("/tuner/policy", live, [](auto& c) -> auto& { return c.tuner.policy; }, tuner_policy_names());
   v("/tuner/interval_ms", live, [](auto& c) -> auto& { return c.tuner.interval_ms; }, Integer{100, 3'600'000});
+  v("/tuner/sweep_interval_ms", live, [](auto& c) -> auto& { return c.tuner.sweep_interval_ms; }, Integer{100, 3'600'000});
   v("/tuner/target_wake_latency_ns", live, [](auto& c) -> auto& { return c.tuner.target_wake_latency_ns; }, Integer{100, kMaxWindowNs});
   v("/tuner/max_poll_cpu_percent", live, [](auto& c) -> auto& { return c.tuner.max_poll_cpu_percent; }, Number{0.0, 100.0});
   v("/tuner/min_ns", live, [](auto& c) -> auto& { return c.tuner.min_ns; }, Integer{0, kMaxWindowNs});

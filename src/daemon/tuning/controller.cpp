@@ -369,6 +369,11 @@ std::optional<Observation> Controller::last_observation() const {
   return last_obs_;
 }
 
+bool Controller::searching() const {
+  std::lock_guard lock(mu_);
+  return tuner_.phase() != "steady";
+}
+
 std::string Controller::cpuidle_status() const {
   std::lock_guard lock(mu_);
   return sensors_->cpuidle_status();

@@ -69,6 +69,9 @@ class Controller {
   std::optional<Observation> last_observation() const;
   // The sensors' words on cpuidle: the states found, or why there are none.
   std::string cpuidle_status() const;
+  // True while the tuner sweeps or confirms a predicted shrink: the daemon then ticks at
+  // tuner.sweep_interval_ms.
+  bool searching() const;
   void update(const ControllerOptions& options);
 
   const ControllerOptions& options() const noexcept { return options_; }
