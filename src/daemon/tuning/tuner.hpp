@@ -138,6 +138,14 @@ struct CapPrediction {
   double hits = 0, halts = 0, poll_ns = 0;
 };
 CapPrediction predict_cap(const IdlePeriodHistograms& h, std::uint32_t cap_ns);
+// The library's haltpoll model (haltpoll::make_window_policy("haltpoll"), the kernel's
+// adjust_poll_limit bit for bit) replayed over the histogram's periods at cap `cap_ns`, from a poll
+// limit of 0 — where a lowered cap starts with reset_limits. The periods come in a fixed
+// pseudo-random order (a histogram has lost the real one), at most 8000 of them (counts scaled),
+// once to warm the limit up and once counted; the result is scaled back to the histogram's counts.
+// Unlike predict_cap it sees the governor's trap (wake-ups every t with a limit L < t ≤ 2L: every
+// period polls L and halts) and the reset below grow_start.
+CapPrediction replay_cap(const IdlePeriodHistograms& h, std::uint32_t cap_ns, std::uint32_t grow_start_ns);
 
 class Tuner {
  public:

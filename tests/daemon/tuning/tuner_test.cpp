@@ -293,10 +293,10 @@ TEST_CASE("histograms: a lower rung predicted to keep the hits is tried, then co
     INFO(tr.log());
     REQUIRE(tr.values.back() == 400000);
     swept = true;
-    // Now the eBPF histograms arrive: all hits within 12 µs, 300 long periods a second that each
-    // poll 400 µs before halting.
+    // Now the eBPF histograms arrive (as many hits as the counters count): all within 12 µs, 300
+    // long periods a second that each poll 400 µs before halting.
     IdlePeriodHistograms h;
-    for (int i = 0; i < 90000; ++i) h.poll_hit.record(2000 + (i % 10) * 1000);
+    for (int i = 0; i < 98000; ++i) h.poll_hit.record(2000 + (i % 10) * 1000);
     for (int i = 0; i < 300; ++i) h.poll_halt.record(5'000'000);
     auto with_hist = [&](Observation& o) { o.kernel.periods = h; };
     auto tc = drive(t, pipe, 4, std::nullopt, with_hist);
@@ -507,3 +507,28 @@ TEST_CASE("model: an idle guest polls at most 0.5 % under balanced") {
   CHECK(r.final_ns == 0);
 }
 
+
+TEST_CASE("replay_cap: the library's haltpoll model over a histogram sees the governor's trap that predict_cap does not") {
+  IdlePeriodHistograms timer;
+  for (int i = 0; i < 6600; ++i) timer.poll_halt.record(145000 + (i % 10) * 500);
+  // Steady state at cap 200000 says every period is a hit; replayed from a limit of 0 the limit
+  // grows 50000 -> 100000 and stops there (a 145 us period halts for 45 us < 100000): all halt.
+  const auto steady = predict_cap(timer, 200000);
+  const auto replayed = replay_cap(timer, 200000, 50000);
+  CHECK(steady.hits == Approx(6600).epsilon(0.01));
+  CHECK(replayed.hits < 0.01 * 6600);
+  CHECK(replayed.halts == Approx(6600).epsilon(0.01));
+  CHECK(replayed.poll_ns == Approx(6600 * 100000.0).epsilon(0.02));  // polls 100 us, then halts
+  // A few longer periods (250 us: a 150 us halt after a 100 us poll) carry the limit to the cap,
+  // where the timer's periods hit.
+  IdlePeriodHistograms mixed = timer;
+  for (int i = 0; i < 330; ++i) mixed.poll_halt.record(250000);
+  const auto m = replay_cap(mixed, 200000, 50000);
+  CHECK(m.hits > 0.9 * 6600);
+  // Below grow_start the first shrink resets the limit: a 12.5 us cap over 5 ms periods halts.
+  IdlePeriodHistograms idle;
+  for (int i = 0; i < 100; ++i) idle.halt.record(5'000'000);
+  const auto i0 = replay_cap(idle, 12500, 50000);
+  CHECK(i0.hits == 0);
+  CHECK(i0.halts == Approx(100).epsilon(0.02));
+}
