@@ -54,6 +54,9 @@ exec 9>/tmp/haltpoll-real-sysfs.lock
 flock 9
 declare -A FOUND
 for n in "${NAMES[@]}"; do FOUND[$n]="$(cat "$P/$n")"; done
+# The daemon switches the cpuidle governor for a moment (tuner.reset_limits): put it back too.
+G=/sys/devices/system/cpu/cpuidle/current_governor
+FOUND_GOV="$(cat "$G")"
 echo "eval-kernel: found $(for n in "${NAMES[@]}"; do printf '%s=%s ' "$n" "${FOUND[$n]}"; done)" >&2
 
 DAEMON_PID=""
@@ -65,7 +68,10 @@ stop_daemon() {
     DAEMON_PID=""
   fi
 }
-put_back() { for n in "${NAMES[@]}"; do echo "${FOUND[$n]}" > "$P/$n" || true; done; }
+put_back() {
+  for n in "${NAMES[@]}"; do echo "${FOUND[$n]}" > "$P/$n" || true; done
+  [ "$(cat "$G")" = "$FOUND_GOV" ] || echo "$FOUND_GOV" > "$G" || true
+}
 restore() {
   local rc=$?
   stop_daemon
@@ -74,6 +80,7 @@ restore() {
   for n in "${NAMES[@]}"; do
     if [ "$(cat "$P/$n")" != "${FOUND[$n]}" ]; then echo "eval-kernel: $n NOT restored" >&2; bad=1; fi
   done
+  if [ "$(cat "$G")" != "$FOUND_GOV" ]; then echo "eval-kernel: governor NOT restored" >&2; bad=1; fi
   [ $bad = 0 ] && echo "eval-kernel: haltpoll parameters restored to the values found: $(for n in "${NAMES[@]}"; do printf '%s=%s ' "$n" "$(cat "$P/$n")"; done)" >&2
   rm -rf "$TMP"
   exit $rc

@@ -152,12 +152,14 @@ void visit_schema(V&& v) {
   v("/probe/rate_hz", live, [](auto& c) -> auto& { return c.probe.rate_hz; }, Number{0.0, 10000.0});
   v("/tuner/policy", live, [](auto& c) -> auto& { return c.tuner.policy; }, tuner_policy_names());
   v("/tuner/interval_ms", live, [](auto& c) -> auto& { return c.tuner.interval_ms; }, Integer{100, 3'600'000});
+  v("/tuner/sweep_interval_ms", live, [](auto& c) -> auto& { return c.tuner.sweep_interval_ms; }, Integer{100, 3'600'000});
   v("/tuner/target_wake_latency_ns", live, [](auto& c) -> auto& { return c.tuner.target_wake_latency_ns; }, Integer{100, kMaxWindowNs});
   v("/tuner/max_poll_cpu_percent", live, [](auto& c) -> auto& { return c.tuner.max_poll_cpu_percent; }, Number{0.0, 100.0});
   v("/tuner/min_ns", live, [](auto& c) -> auto& { return c.tuner.min_ns; }, Integer{0, kMaxWindowNs});
   v("/tuner/max_ns", live, [](auto& c) -> auto& { return c.tuner.max_ns; }, Integer{0, kMaxWindowNs});
   v("/tuner/min_benefit_ratio", live, [](auto& c) -> auto& { return c.tuner.min_benefit_ratio; }, Number{0.0, 1000.0});
   v("/tuner/manage_grow_start", live, [](auto& c) -> auto& { return c.tuner.manage_grow_start; }, Flag{});
+  v("/tuner/reset_limits", live, [](auto& c) -> auto& { return c.tuner.reset_limits; }, Flag{});
   v("/metrics/textfile", restart, [](auto& c) -> auto& { return c.metrics.textfile; }, Text{check_textfile});
   v("/log/level", live, [](auto& c) -> auto& { return c.log.level; }, Choice{{"trace", "debug", "info", "warn", "error", "critical", "off"}});
   // clang-format on

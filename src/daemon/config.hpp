@@ -49,12 +49,14 @@ struct Config {
   struct Tuner {
     Policy policy = Policy::balanced;
     unsigned interval_ms = 1000;
+    unsigned sweep_interval_ms = 250;  // tick interval while the tuner sweeps or confirms (if shorter)
     std::uint64_t target_wake_latency_ns = 5000;  // latency: halts / wake-ups × penalty
     double max_poll_cpu_percent = 10.0;
     std::uint64_t min_ns = 0;
     std::uint64_t max_ns = 400000;
     double min_benefit_ratio = 1.0;  // balanced: above the budget, benefit / cost needed
     bool manage_grow_start = false;  // write guest_halt_poll_grow_start = min(found, cap / 2)
+    bool reset_limits = true;        // a lowered cap also zeroes the CPUs' poll limits
     friend bool operator==(const Tuner&, const Tuner&) = default;
   } tuner;
   struct Metrics {

@@ -165,6 +165,7 @@ ControllerOptions Daemon::Impl::controller_options(const Config& c) const {
   o.tuner.max_ns = static_cast<std::uint32_t>(c.tuner.max_ns);
   o.tuner.min_benefit_ratio = c.tuner.min_benefit_ratio;
   o.tuner.manage_grow_start = c.tuner.manage_grow_start;
+  o.tuner.reset_limits = c.tuner.reset_limits;
   o.probe_rate_hz = c.probe.rate_hz;
   o.interval_ms = c.tuner.interval_ms;
   return o;
@@ -190,7 +191,11 @@ void Daemon::Impl::wait_for_signal() {
 }
 
 void Daemon::Impl::schedule_tick() {
-  tick_timer_.expires_after(std::chrono::milliseconds(config_.tuner.interval_ms));
+  // Faster while the tuner sweeps: a rung is judged on its counters (min_periods idle periods),
+  // which a busy load fills in a fraction of a second, so a sweep takes seconds, not 7 intervals.
+  unsigned ms = config_.tuner.interval_ms;
+  if (controller_ && controller_->searching()) ms = std::min(ms, config_.tuner.sweep_interval_ms);
+  tick_timer_.expires_after(std::chrono::milliseconds(ms));
   tick_timer_.async_wait([this](const error_code& ec) {
     if (ec) return;
     tick();
@@ -277,7 +282,8 @@ void Daemon::Impl::apply(const Config& next) {
   if (next.log.level != config_.log.level) setup_logging(next.log.level);
   if (server_) server_->update(server_options(next));
   if (pool_ && next.pool.window_cap_ns != config_.pool.window_cap_ns) pool_->set_window_cap_ns(next.pool.window_cap_ns);
-  bool interval_changed = next.tuner.interval_ms != config_.tuner.interval_ms;
+  bool interval_changed = next.tuner.interval_ms != config_.tuner.interval_ms ||
+                          next.tuner.sweep_interval_ms != config_.tuner.sweep_interval_ms;
   Config old = config_;
   config_ = next;
   if (controller_ && controller_options(next).tuner != controller_options(old).tuner) controller_->update(controller_options(next));

@@ -79,6 +79,13 @@ class SimulatedGuest {
   // Closed loop: round trips completed in the last run() (the load's throughput).
   std::uint64_t last_round_trips() const noexcept { return round_trips_; }
   std::uint32_t poll_limit_ns(int cpu) const { return cpus_.at(static_cast<std::size_t>(cpu)).poll_limit; }
+  // What a cpuidle governor round trip does to the real guest (Decision::reset_limits): every
+  // CPU's poll limit back to 0. set_poll_limits(ns) also starts a test where a real guest's CPU
+  // can be found: at a limit it reached earlier.
+  void set_poll_limits(std::uint32_t ns) {
+    for (auto& c : cpus_) c.poll_limit = ns;
+  }
+  void reset_poll_limits() { set_poll_limits(0); }
 
  private:
   struct Cpu {

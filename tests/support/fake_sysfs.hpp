@@ -39,6 +39,7 @@ class FakeSysfs {
     }
     write("sys/devices/system/cpu/cpuidle/current_driver", o.driver);
     write("sys/devices/system/cpu/cpuidle/current_governor", o.governor);
+    write("sys/devices/system/cpu/cpuidle/available_governors", "ladder menu haltpoll ");
     write("sys/devices/system/cpu/online", o.cpus == 1 ? "0" : "0-" + std::to_string(o.cpus - 1));
     for (int c = 0; c < o.cpus; ++c) {
       if (!o.cpuidle_states) {

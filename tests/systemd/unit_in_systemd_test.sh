@@ -143,6 +143,7 @@ if [ "${HALTPOLL_REAL_SYSFS:-}" != 1 ]; then
   mount -t tmpfs -o mode=0755 tmpfs "$root/sys/devices/system/cpu/cpuidle"
   echo haltpoll > "$root/sys/devices/system/cpu/cpuidle/current_driver"
   echo haltpoll > "$root/sys/devices/system/cpu/cpuidle/current_governor"
+  echo "menu haltpoll" > "$root/sys/devices/system/cpu/cpuidle/available_governors"
 fi
 export container=haltpolld-test
 exec chroot "$root" /lib/systemd/systemd --system --log-target=console --show-status=no </dev/null >"$work/console.log" 2>&1

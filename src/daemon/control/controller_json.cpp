@@ -40,6 +40,7 @@ json to_json(const TunerParams& p) {
           {"hysteresis", p.hysteresis},
           {"steal_backoff_percent", p.steal_backoff_percent},
           {"manage_grow_start", p.manage_grow_start},
+          {"reset_limits", p.reset_limits},
           {"kernel_grow_start_ns", p.kernel_grow_start_ns},
           {"min_latency_samples", p.min_latency_samples}};
 }
@@ -61,6 +62,8 @@ json decision_to_json(const DecisionRecord& r) {
           {"applied_pool", d.applied_pool},
           {"grow_start_ns", opt(d.grow_start_ns)},
           {"applied_grow_start", d.applied_grow_start},
+          {"reset_limits", d.reset_limits},
+          {"applied_reset", d.applied_reset},
           {"tuner_phase", r.tuner_phase},
           {"halt_exit_penalty_ns", opt(r.halt_exit_penalty_ns)}};
 }
@@ -93,7 +96,9 @@ json status_to_json(const ControllerStatus& s) {
                  {"originals_saved", k.originals_saved},
                  {"state_file", k.state_file},
                  {"degraded_reason", text_or_null(k.degraded_reason)},
-                 {"recovery", text_or_null(k.recovery)}};
+                 {"recovery", text_or_null(k.recovery)},
+                 {"poll_limit_resets", k.poll_limit_resets},
+                 {"poll_limit_reset_unavailable", text_or_null(k.poll_limit_reset_unavailable)}};
   json sweep = json::array();
   for (const auto& r : s.tuner.last_sweep)
     sweep.push_back({{"ns", r.ns},

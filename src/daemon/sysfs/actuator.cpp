@@ -9,10 +9,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 namespace haltpolld {
 
@@ -79,18 +81,12 @@ bool SysfsHaltpollParams::valid_value(const std::string& name, const std::string
   return r.ec == std::errc{} && r.ptr == value.data() + value.size() && v <= UINT32_MAX;
 }
 
-SysfsHaltpollParams::Result SysfsHaltpollParams::write_param(const std::string& dir, const std::string& name,
-                                                             const std::string& value) const {
-  Result r;
-  const std::string path = dir + "/" + name;
-  if (!valid_value(name, value)) {
-    r.ok = false;
-    r.error = EINVAL;
-    r.message = fmt::format("refusing to write '{}' to {}: not a valid value", value, path);
-    return r;
-  }
-  // O_NOFOLLOW|O_NONBLOCK: a symlink or a FIFO planted in a fake or bind-mounted tree is refused, not
-  // followed or waited on.
+namespace {
+
+// One value into a sysfs attribute. O_NOFOLLOW|O_NONBLOCK: a symlink or a FIFO planted in a fake or
+// bind-mounted tree is refused, not followed or waited on.
+SysfsHaltpollParams::Result write_value_file(const std::string& path, const std::string& value) {
+  SysfsHaltpollParams::Result r;
   const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     r.ok = false;
@@ -118,6 +114,90 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::write_param(const std::string& 
   }
   r.written = true;
   return r;
+}
+
+}  // namespace
+
+SysfsHaltpollParams::Result SysfsHaltpollParams::write_param(const std::string& dir, const std::string& name,
+                                                             const std::string& value) const {
+  const std::string path = dir + "/" + name;
+  if (!valid_value(name, value)) {
+    Result r;
+    r.ok = false;
+    r.error = EINVAL;
+    r.message = fmt::format("refusing to write '{}' to {}: not a valid value", value, path);
+    return r;
+  }
+  return write_value_file(path, value);
+}
+
+std::string SysfsHaltpollParams::cpuidle_dir() const { return root_ + "sys/devices/system/cpu/cpuidle/"; }
+
+bool SysfsHaltpollParams::valid_governor(const std::string& name) {
+  return !name.empty() && name.size() <= 15 && name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos;
+}
+
+SysfsHaltpollParams::Result SysfsHaltpollParams::write_governor(const std::string& name) const {
+  if (!valid_governor(name)) {
+    Result r;
+    r.ok = false;
+    r.error = EINVAL;
+    r.message = fmt::format("refusing to write governor '{}': not a valid name", name);
+    return r;
+  }
+  return write_value_file(cpuidle_dir() + "current_governor", name);
+}
+
+SysfsHaltpollParams::Result SysfsHaltpollParams::restore_governor(const std::string& name) const {
+  if (name.empty()) return {};
+  const auto cur = read_small_file(cpuidle_dir() + "current_governor");
+  if (cur && *cur == name) return {};
+  return write_governor(name);
+}
+
+SysfsHaltpollParams::Result SysfsHaltpollParams::reset_poll_limits() {
+  auto refuse = [](int e, std::string why) {
+    Result r;
+    r.ok = false;
+    r.error = e;
+    r.message = std::move(why);
+    return r;
+  };
+  const std::string dir = cpuidle_dir();
+  const auto cur = read_small_file(dir + "current_governor");
+  if (!cur) return refuse(errno ? errno : ENOENT, fmt::format("read {}current_governor: {}", dir, errno_text(errno ? errno : ENOENT)));
+  if (*cur != "haltpoll") return refuse(EINVAL, fmt::format("current_governor is '{}', not 'haltpoll'", *cur));
+  const std::string available = read_small_file(dir + "available_governors").value_or("");
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < available.size();) {
+    const std::size_t j = std::min(available.find(' ', i), available.size());
+    if (j > i) names.push_back(available.substr(i, j - i));
+    i = j + 1;
+  }
+  // menu first: every kernel that builds cpuidle has it; any other but haltpoll will do.
+  std::string other;
+  for (const char* pref : {"menu", "teo", "ladder"})
+    if (std::find(names.begin(), names.end(), pref) != names.end()) { other = pref; break; }
+  if (other.empty())
+    for (const auto& n : names)
+      if (n != "haltpoll" && valid_governor(n)) { other = n; break; }
+  if (other.empty())
+    return refuse(ENOTSUP, fmt::format("no cpuidle governor but haltpoll to switch through (available_governors: '{}')", available));
+  if (!saved_) {
+    Result s = save_originals();
+    if (!s.ok) return s;
+  }
+  Result away = write_governor(other);
+  if (!away.ok) return away;
+  Result back = write_governor("haltpoll");
+  if (!back.ok) back = write_governor("haltpoll");  // once more: staying on `other` is not an option
+  if (!back.ok) {
+    back.message = fmt::format("governor left at '{}' (the state file names 'haltpoll' for the next start): {}",
+                               other, back.message);
+    return back;
+  }
+  ++limit_resets_;
+  return back;
 }
 
 SysfsHaltpollParams::Result SysfsHaltpollParams::save_originals() {
@@ -153,6 +233,9 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::save_originals() {
   j["sysfs_root"] = root_;
   j["pid"] = ::getpid();
   j["params"] = values;
+  // The governor too: reset_poll_limits() switches it for a moment.
+  const std::string governor = read_small_file(cpuidle_dir() + "current_governor").value_or("");
+  if (valid_governor(governor)) j["cpuidle_governor"] = governor;
   int e = replace_file_atomically(state_file_, j.dump(2) + "\n", {.mode = 0600, .sync_directory = true, .create_directory = true});
   std::string why = e == 0 ? std::string() : errno_text(e);
   if (e == 0) {
@@ -167,6 +250,7 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::save_originals() {
     return refuse(e, fmt::format("save originals to {}: {}", state_file_, why));
   }
   saved_ = std::move(values);
+  saved_governor_ = valid_governor(governor) ? governor : std::string();
   return r;
 }
 
@@ -216,6 +300,11 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::restore() {
   Result r;
   if (!saved_) return r;  // a state file this run did not write is not this run's to remove
   r = restore_values(params_dir(), *saved_);
+  if (Result g = restore_governor(saved_governor_); !g.ok) {
+    r.ok = false;
+    r.error = g.error;
+    r.message += (r.message.empty() ? "" : "; ") + g.message;
+  }
   if (!r.ok) return r;  // keep the state file: the next start tries again
   std::error_code ec;
   std::filesystem::remove(state_file_, ec);
@@ -270,8 +359,20 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::recover() {
     if (!p->is_number_integer()) return refuse(EINVAL, "pid is not an integer");
     pid = p->get<std::int64_t>();
   }
+  std::string governor;
+  if (const auto g = j.find("cpuidle_governor"); g != j.end()) {
+    if (!g->is_string() || !valid_governor(g->get<std::string>()))
+      return refuse(EINVAL, "cpuidle_governor is not a governor name");
+    governor = g->get<std::string>();
+    // Only a governor this kernel has: the name came from a file, not from the kernel.
+    const std::string available = " " + read_small_file(cpuidle_dir() + "available_governors").value_or("") + " ";
+    if (available.find(" " + governor + " ") == std::string::npos)
+      return refuse(EINVAL, fmt::format("cpuidle_governor '{}' is not in available_governors", governor));
+  }
   Result w = restore_values(params_dir(), values);
   if (!w.ok) return refuse(w.error, "restoring its values: " + w.message);
+  if (Result g = restore_governor(governor); !g.ok) return refuse(g.error, "restoring the governor: " + g.message);
+  else if (g.written) w.written = true;
   std::error_code ec;
   std::filesystem::remove(state_file_, ec);
   r.message = fmt::format("restored the haltpoll parameters saved by pid {} in {} ({})", pid, state_file_,

@@ -228,6 +228,18 @@ Decision Controller::tick() {
       auto r = actuator_->set_poll_ns(d.guest_halt_poll_ns);
       if (r.ok) {
         d.applied_kernel = true;
+        if (d.reset_limits && reset_unavailable_.empty()) {
+          // Not a reason to leave kernel mode: the cap is in force, only CPUs that never halt keep
+          // their old limit. Said once in the log and kept in status.
+          auto z = actuator_->reset_poll_limits();
+          if (z.ok) {
+            d.applied_reset = true;
+          } else {
+            reset_unavailable_ = z.message;
+            d.reason += "; poll limits not reset: " + z.message;
+            spdlog::warn("lowering the cap cannot reset the CPUs' poll limits: {}", z.message);
+          }
+        }
       } else {
         degraded_reason_ = r.message;
         d.reason += "; not applied: " + r.message + " (degraded to observe)";
@@ -291,6 +303,7 @@ void Controller::update(const ControllerOptions& options) {
     }
   }
   degraded_reason_.clear();  // a reload is the way to retry kernel mode after a failed write
+  reset_unavailable_.clear();
   detect_locked();
   if (!(old.tuner == options_.tuner)) tuner_.set_params(options_.tuner);
   if (started_ && (edges_changed || old.probe_rate_hz != options.probe_rate_hz)) start_prober();
@@ -304,6 +317,11 @@ std::vector<DecisionRecord> Controller::decisions() const {
 std::optional<Observation> Controller::last_observation() const {
   std::lock_guard lock(mu_);
   return last_obs_;
+}
+
+bool Controller::searching() const {
+  std::lock_guard lock(mu_);
+  return tuner_.phase() != "steady";
 }
 
 std::string Controller::cpuidle_status() const {
@@ -337,6 +355,8 @@ ControllerStatus Controller::status() const {
   k.state_file = actuator_->state_file();
   k.degraded_reason = degraded_reason_;
   k.recovery = recovery_message_;
+  k.poll_limit_resets = actuator_->limit_resets();
+  k.poll_limit_reset_unavailable = reset_unavailable_;
 
   auto& tu = s.tuner;
   tu.current_ns = tuner_.current_ns();

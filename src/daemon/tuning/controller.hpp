@@ -72,6 +72,9 @@ class Controller {
   std::optional<Observation> last_observation() const;
   // The sensors' words on cpuidle: the states found, or why there are none.
   std::string cpuidle_status() const;
+  // True while the tuner sweeps or confirms a predicted shrink: the daemon then ticks at
+  // tuner.sweep_interval_ms.
+  bool searching() const;
   void update(const ControllerOptions& options);
 
   const ControllerOptions& options() const noexcept { return options_; }
@@ -99,6 +102,7 @@ class Controller {
   KernelHaltpollState kernel_;
   std::string degraded_reason_;  // set when a write failed: kernel mode is off until reload
   std::string recovery_message_;
+  std::string reset_unavailable_;  // why reset_poll_limits() failed (not retried until reload)
   std::uint64_t ticks_ = 0;
   std::vector<PoolCounters> last_pool_;
   haltpoll::LatencyHistogram carried_probes_;  // probe samples not yet used (fewer than min_latency_samples)

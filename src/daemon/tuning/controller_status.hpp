@@ -48,6 +48,8 @@ struct ControllerStatus {
     std::string state_file;
     std::string degraded_reason;  // the write failure that turned kernel mode off; empty: none
     std::string recovery;         // what start() put back from an earlier run; empty: nothing
+    std::uint64_t poll_limit_resets = 0;       // governor round trips done (tuner.reset_limits)
+    std::string poll_limit_reset_unavailable;  // why they failed; empty: none failed
   } kernel;
 
   struct Tuner {

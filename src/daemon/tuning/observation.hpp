@@ -163,6 +163,9 @@ struct Decision {
   std::uint32_t guest_halt_poll_ns = 0;  // the value to put in force (== previous_ns on hold)
   // guest_halt_poll_grow_start to put in force with it (TunerParams::manage_grow_start), else empty.
   std::optional<std::uint32_t> grow_start_ns;
+  // Lowered with TunerParams::reset_limits: the CPUs' poll limits are to be zeroed too, so that the
+  // lower cap reaches the CPUs that never halt (they keep their old limit until they do).
+  bool reset_limits = false;
   std::string reason;
 
   // The inputs the decision was made on, copied for the decision log.
@@ -174,6 +177,7 @@ struct Decision {
   bool applied_kernel = false;
   bool applied_pool = false;
   bool applied_grow_start = false;
+  bool applied_reset = false;  // the poll limits were zeroed (kernel: a governor round trip)
 
   bool changed() const noexcept { return guest_halt_poll_ns != previous_ns; }
 };

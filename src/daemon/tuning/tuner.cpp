@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <haltpoll/governor.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 
 namespace haltpolld {
 
@@ -127,6 +130,58 @@ CapPrediction predict_cap(const IdlePeriodHistograms& h, std::uint32_t cap_ns) {
   return p;
 }
 
+CapPrediction replay_cap(const IdlePeriodHistograms& h, std::uint32_t cap_ns, std::uint32_t grow_start_ns) {
+  constexpr double kMaxPeriods = 8000;  // ~0.2 ms per rung per tick
+  double total = 0;
+  auto count = [&](const haltpoll::LatencyHistogram& x) { x.for_each_bucket([&](std::uint64_t, std::uint64_t n) { total += static_cast<double>(n); }); };
+  count(h.poll_hit);
+  count(h.poll_halt);
+  count(h.halt);
+  CapPrediction p;
+  if (total <= 0) return p;
+  const double scale = std::min(1.0, kMaxPeriods / total);
+  std::vector<std::uint64_t> periods;
+  double carry = 0;  // the fractions rounding drops, carried to the next bucket
+  auto expand = [&](const haltpoll::LatencyHistogram& x) {
+    x.for_each_bucket([&](std::uint64_t upper_ns, std::uint64_t n) {
+      const double want = static_cast<double>(n) * scale + carry;
+      const auto k = static_cast<std::uint64_t>(want);
+      carry = want - static_cast<double>(k);
+      const std::uint64_t mid = upper_ns - upper_ns / 32;  // a bucket spans ~1/16 of its bound
+      periods.insert(periods.end(), k, mid);
+    });
+  };
+  expand(h.poll_hit);
+  expand(h.poll_halt);
+  expand(h.halt);
+  std::mt19937_64 rng(0x68616c74);  // fixed: the same histogram always predicts the same
+  std::shuffle(periods.begin(), periods.end(), rng);
+  haltpoll::PolicyParams params;
+  params.haltpoll.guest_halt_poll_ns = cap_ns;
+  params.haltpoll.guest_halt_poll_grow_start = grow_start_ns;
+  auto policy = haltpoll::make_window_policy("haltpoll", params);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const std::uint64_t d : periods) {
+      const std::uint64_t w = policy->window_ns();
+      if (pass == 1) {
+        if (w > 0 && d <= w) {
+          p.hits += 1;
+          p.poll_ns += static_cast<double>(d);
+        } else {
+          p.halts += 1;
+          p.poll_ns += static_cast<double>(w);
+        }
+      }
+      policy->record(d, w);
+    }
+  }
+  const double back = periods.empty() ? 0 : total / static_cast<double>(periods.size());
+  p.hits *= back;
+  p.halts *= back;
+  p.poll_ns *= back;
+  return p;
+}
+
 Tuner::Tuner(TunerParams params, std::uint32_t initial_ns) : params_(params) { reset(initial_ns); }
 
 std::vector<std::uint32_t> Tuner::ladder() const {
@@ -218,6 +273,7 @@ Decision Tuner::move(Decision d, Action a, std::uint32_t to, std::string reason)
   }
   d.action = a;
   d.guest_halt_poll_ns = to;
+  d.reset_limits = params_.reset_limits && to < current_;
   current_ = to;
   at_rung_.reset();
   return d;
@@ -430,13 +486,17 @@ Decision Tuner::steady(Decision d, const Observation& obs) {
                             "ns until halts are frequent",
                             t.wake_rate(), t.halt_rate(), params_.grow_halts_per_second, ladder_.front()));
   if (periods_ && current_ > ladder_.front() && shrink_block_ticks_ == 0 && t.cpus > 0) {
-    // The steady-state model over the live histogram: the lowest rung that keeps 99 % of the
-    // hits at a point less poll CPU per CPU is tried, then confirmed by the counters.
+    // The library's haltpoll model replayed over the live histogram (from a limit of 0, as
+    // reset_limits leaves a lowered cap) against the same histogram at the value in force (its
+    // limits converged: the steady-state view, which if anything overstates the hits here): the
+    // lowest rung predicted to keep 99 % of the hits at a point less poll CPU per CPU is tried,
+    // then confirmed by the counters. Both sides come from one histogram, so they are consistent
+    // even where the counters and the eBPF periods differ by a few events.
     const CapPrediction here = predict_cap(*periods_, current_);
     const double scale = 1e9 / static_cast<double>(obs.kernel.elapsed_ns) / 1e9 * 100 / t.cpus;
     for (auto r : ladder_) {
       if (r >= current_) break;
-      const CapPrediction p = predict_cap(*periods_, r);
+      const CapPrediction p = replay_cap(*periods_, r, grow_start_for(r).value_or(params_.kernel_grow_start_ns));
       const double saved_points = (here.poll_ns - p.poll_ns) * scale;
       if (p.hits >= 0.99 * here.hits && saved_points >= 1.0) {
         confirm_before_ = s;

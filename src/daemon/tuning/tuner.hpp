@@ -89,6 +89,10 @@ struct TunerParams {
   // below the kernel's grow_start does not collapse to 0 on its first shrink (docs/tuning.md).
   bool manage_grow_start = false;
   std::uint32_t kernel_grow_start_ns = 50000;  // the value found on the guest
+  // Every lowering of the value also zeroes the CPUs' poll limits (Decision::reset_limits): the
+  // governor lowers a CPU's limit only after it halts, so without this a load whose wake-ups all
+  // arrive within the old limit keeps polling at it (docs/tuning.md, "A lower cap that never arrives").
+  bool reset_limits = true;
   // The controller carries probe samples over ticks until it has this many.
   std::uint64_t min_latency_samples = 20;
 
@@ -134,6 +138,14 @@ struct CapPrediction {
   double hits = 0, halts = 0, poll_ns = 0;
 };
 CapPrediction predict_cap(const IdlePeriodHistograms& h, std::uint32_t cap_ns);
+// The library's haltpoll model (haltpoll::make_window_policy("haltpoll"), the kernel's
+// adjust_poll_limit bit for bit) replayed over the histogram's periods at cap `cap_ns`, from a poll
+// limit of 0 — where a lowered cap starts with reset_limits. The periods come in a fixed
+// pseudo-random order (a histogram has lost the real one), at most 8000 of them (counts scaled),
+// once to warm the limit up and once counted; the result is scaled back to the histogram's counts.
+// Unlike predict_cap it sees the governor's trap (wake-ups every t with a limit L < t ≤ 2L: every
+// period polls L and halts) and the reset below grow_start.
+CapPrediction replay_cap(const IdlePeriodHistograms& h, std::uint32_t cap_ns, std::uint32_t grow_start_ns);
 
 class Tuner {
  public:

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -148,6 +149,161 @@ TEST_CASE("after SIGKILL the next start restores the originals before its first 
   ctl.stop();
 }
 
+namespace {
+
+ControllerOptions kernel_options(const FakeSysfs& fs, const TempDir& dir) {
+  ControllerOptions o;
+  o.sysfs_root = fs.root();
+  o.state_dir = dir.path();
+  o.kernel_mode = true;
+  o.probe_rate_hz = 0;
+  return o;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Writes closed on a file since the watch was set: the governor round trip is two writes. (Opens
+// are watched too: inotify merges identical adjacent events, so two bare CLOSE_WRITEs read as one.)
+struct WriteCounter {
+  explicit WriteCounter(const std::string& path) : fd(inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {
+    REQUIRE(fd >= 0);
+    REQUIRE(inotify_add_watch(fd, path.c_str(), IN_CLOSE_WRITE | IN_OPEN) >= 0);
+  }
+  ~WriteCounter() { close(fd); }
+  int count() const {
+    int n = 0;
+    alignas(inotify_event) char buf[4096];
+    for (ssize_t got; (got = read(fd, buf, sizeof buf)) > 0;)
+      for (char* p = buf; p < buf + got; p += sizeof(inotify_event) + reinterpret_cast<inotify_event*>(p)->len)
+        n += (reinterpret_cast<inotify_event*>(p)->mask & IN_CLOSE_WRITE) != 0;
+    return n;
+  }
+  int fd;
+};
+
+}  // namespace
+
+TEST_CASE("reset_poll_limits: a governor round trip, saved first, the governor found restored after a crash") {
+  FakeSysfs fs;
+  TempDir dir;
+  const std::string state = dir.path() + "/state.json";
+  const std::string gov = fs.root() + "/sys/devices/system/cpu/cpuidle/current_governor";
+  {
+    SysfsHaltpollParams a(fs.root(), state);
+    WriteCounter writes(gov);
+    auto r = a.reset_poll_limits();
+    REQUIRE(r.ok);
+    CHECK(writes.count() == 2);  // away and back
+    CHECK(fs.read("sys/devices/system/cpu/cpuidle/current_governor") == "haltpoll");
+    CHECK(a.limit_resets() == 1);
+    // The originals, governor included, were saved before the first write.
+    const auto saved = nlohmann::json::parse(slurp(state));
+    CHECK(saved["cpuidle_governor"] == "haltpoll");
+    CHECK(a.restore().ok);
+  }
+  SECTION("not on another governor, not without another governor") {
+    SysfsHaltpollParams a(fs.root(), state);
+    fs.write("sys/devices/system/cpu/cpuidle/current_governor", "menu");
+    auto r = a.reset_poll_limits();
+    CHECK(!r.ok);
+    CHECK(r.message.find("not 'haltpoll'") != std::string::npos);
+    CHECK(fs.read("sys/devices/system/cpu/cpuidle/current_governor") == "menu");
+    fs.write("sys/devices/system/cpu/cpuidle/current_governor", "haltpoll");
+    fs.write("sys/devices/system/cpu/cpuidle/available_governors", "haltpoll");
+    WriteCounter writes(gov);
+    r = a.reset_poll_limits();
+    CHECK(!r.ok);
+    CHECK(r.error == ENOTSUP);
+    CHECK(writes.count() == 0);
+    CHECK(a.limit_resets() == 0);
+  }
+  SECTION("a crash between the two writes: the next start puts the governor back") {
+    {
+      SysfsHaltpollParams a(fs.root(), state);
+      REQUIRE(a.set_poll_ns(20000).ok);  // the state file, as a run that was killed leaves it
+    }
+    fs.write("sys/devices/system/cpu/cpuidle/current_governor", "menu");  // killed after the first write
+    SysfsHaltpollParams b(fs.root(), state);
+    auto r = b.recover();
+    CHECK(r.ok);
+    CHECK(fs.read("sys/devices/system/cpu/cpuidle/current_governor") == "haltpoll");
+    CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  }
+  SECTION("a forged governor name is refused and nothing is written") {
+    for (const char* forged : {"../../../../etc/x", "teo", ""}) {
+      nlohmann::json j = {{"version", 1},
+                          {"sysfs_root", fs.root()},
+                          {"pid", 1},
+                          {"cpuidle_governor", forged},
+                          {"params",
+                           {{"guest_halt_poll_ns", "1"},
+                            {"guest_halt_poll_grow", "2"},
+                            {"guest_halt_poll_grow_start", "50000"},
+                            {"guest_halt_poll_shrink", "2"},
+                            {"guest_halt_poll_allow_shrink", "Y"}}}};
+      REQUIRE(replace_file_atomically(state, j.dump(), {.mode = 0600}) == 0);
+      fs.write("sys/devices/system/cpu/cpuidle/current_governor", "menu");
+      SysfsHaltpollParams a(fs.root(), state);
+      auto r = a.recover();
+      INFO(forged << ": " << r.message);
+      CHECK(!r.ok);
+      CHECK(r.message.find("cpuidle_governor") != std::string::npos);
+      CHECK(fs.read("sys/devices/system/cpu/cpuidle/current_governor") == "menu");
+      CHECK(fs.param("guest_halt_poll_ns") == "200000");
+      std::filesystem::remove(state);
+    }
+  }
+}
+
+TEST_CASE("kernel mode: a lowered cap zeroes the poll limits once, a raised one does not; a failure keeps kernel mode") {
+  FakeSysfs fs;
+  TempDir dir;
+  ControllerOptions o = kernel_options(fs, dir);
+  o.tuner.policy = Policy::static_value;
+  o.tuner.static_ns = 20000;
+  Controller ctl(o, std::unique_ptr<PoolAccess>{});
+  ctl.start();
+  const std::string gov = fs.root() + "/sys/devices/system/cpu/cpuidle/current_governor";
+  {
+    WriteCounter writes(gov);
+    auto d = ctl.tick();
+    CHECK(d.guest_halt_poll_ns == 20000);
+    CHECK(d.applied_kernel);
+    CHECK(d.applied_reset);
+    CHECK(writes.count() == 2);
+    CHECK(ctl.status().kernel.poll_limit_resets == 1);
+  }
+  auto up = o;
+  up.tuner.static_ns = 100000;
+  ctl.update(up);
+  {
+    WriteCounter writes(gov);
+    auto d = ctl.tick();
+    CHECK(d.guest_halt_poll_ns == 100000);
+    CHECK(!d.applied_reset);
+    CHECK(writes.count() == 0);
+  }
+  // No other governor: the cap still goes down, kernel mode stays, status says why.
+  fs.write("sys/devices/system/cpu/cpuidle/available_governors", "haltpoll");
+  auto down = o;
+  down.tuner.static_ns = 30000;
+  ctl.update(down);
+  auto d = ctl.tick();
+  CHECK(d.applied_kernel);
+  CHECK(!d.applied_reset);
+  CHECK(fs.param("guest_halt_poll_ns") == "30000");
+  auto s = ctl.status();
+  CHECK(s.kernel_effective);
+  CHECK(s.kernel.poll_limit_reset_unavailable.find("no cpuidle governor") != std::string::npos);
+  CHECK(status_to_json(s)["kernel"]["poll_limit_reset_unavailable"] == s.kernel.poll_limit_reset_unavailable);
+  ctl.stop();
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  CHECK(fs.read("sys/devices/system/cpu/cpuidle/current_governor") == "haltpoll");
+}
+
 TEST_CASE("a corrupt state file is reported and left for inspection") {
   FakeSysfs fs;
   TempDir dir;
@@ -180,19 +336,6 @@ std::map<std::string, nlohmann::json> good_params() {
           {"guest_halt_poll_allow_shrink", "N"}};
 }
 
-ControllerOptions kernel_options(const FakeSysfs& fs, const TempDir& dir) {
-  ControllerOptions o;
-  o.sysfs_root = fs.root();
-  o.state_dir = dir.path();
-  o.kernel_mode = true;
-  o.probe_rate_hz = 0;
-  return o;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
 
 }  // namespace
 

@@ -213,3 +213,19 @@ TEST_CASE("kernel mode with manage_grow_start writes grow_start next to a small 
   CHECK(fs.param("guest_halt_poll_ns") == "200000");
   CHECK(fs.param("guest_halt_poll_grow_start") == "50000");
 }
+
+TEST_CASE("a busy guest starts a sweep, and the controller says it is searching (the daemon ticks faster)") {
+  FakeSysfs fs;
+  TempDir dir;
+  auto o = opts(fs, dir, false);
+  o.tuner.policy = Policy::balanced;
+  Controller c(o, std::unique_ptr<PoolAccess>{});
+  c.start();
+  CHECK(!c.searching());
+  // Frequent halts on both CPUs: 2000 per tick, 100 µs each.
+  for (int c0 : {0, 1}) fs.set_state(c0, 1, "haltpoll", 2000, 200000);
+  c.tick();
+  CHECK(c.searching());
+  CHECK(c.status().tuner.phase != "steady");
+  c.stop();
+}

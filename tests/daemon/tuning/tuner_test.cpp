@@ -293,10 +293,10 @@ TEST_CASE("histograms: a lower rung predicted to keep the hits is tried, then co
     INFO(tr.log());
     REQUIRE(tr.values.back() == 400000);
     swept = true;
-    // Now the eBPF histograms arrive: all hits within 12 µs, 300 long periods a second that each
-    // poll 400 µs before halting.
+    // Now the eBPF histograms arrive (as many hits as the counters count): all within 12 µs, 300
+    // long periods a second that each poll 400 µs before halting.
     IdlePeriodHistograms h;
-    for (int i = 0; i < 90000; ++i) h.poll_hit.record(2000 + (i % 10) * 1000);
+    for (int i = 0; i < 98000; ++i) h.poll_hit.record(2000 + (i % 10) * 1000);
     for (int i = 0; i < 300; ++i) h.poll_halt.record(5'000'000);
     auto with_hist = [&](Observation& o) { o.kernel.periods = h; };
     auto tc = drive(t, pipe, 4, std::nullopt, with_hist);
@@ -384,10 +384,11 @@ struct LoopResult {
 };
 
 LoopResult run_loop(LoadModel load, const TunerParams& p, std::uint32_t start, int ticks, int tail,
-                    bool ebpf = false) {
+                    bool ebpf = false, std::uint32_t initial_limit = 0) {
   GuestModelParams gp;
   gp.ebpf = ebpf;
   SimulatedGuest g(std::move(load), 2, gp, 7);
+  g.set_poll_limits(initial_limit);
   Tuner t(p, start);
   LoopResult r;
   double trips = 0, secs = 0;
@@ -396,6 +397,7 @@ LoopResult run_loop(LoadModel load, const TunerParams& p, std::uint32_t start, i
     Observation o = g.run(200'000'000, t.current_ns(), 90);
     if (ebpf) o.halt_exit_penalty_ns = 20000;
     Decision d = t.decide(o);
+    if (d.reset_limits) g.reset_poll_limits();
     if (i >= ticks - tail) {
       r.poll_cpu += *o.poll_cpu_percent / tail;
       trips += static_cast<double>(g.last_round_trips());
@@ -461,6 +463,43 @@ TEST_CASE("model: the 150 us timer stays at <= 50000 and polls under 3 % under b
   }
 }
 
+TEST_CASE("model: a lowered cap reaches a CPU that never halts only through reset_limits") {
+  // The real guest's pinned 150 us timer once its CPU's limit reached 200000 (measured: 93 % poll,
+  // no halt, at cap 200000 and still after the cap went to 20000): every wake-up arrives within
+  // the limit, so the CPU never halts and the governor never lowers it (docs/tuning.md).
+  const LoadModel pinned{"timer_150us_pinned", {{1.0, 145000, 0}}, 5000};
+  for (bool reset : {true, false}) {
+    TunerParams p;
+    p.reset_limits = reset;
+    const auto r = run_loop(pinned, p, 200000, 60, 40, true, 200000);
+    INFO("reset_limits " << reset << ": poll " << r.poll_cpu << "%, final " << r.final_ns);
+    CHECK(r.final_ns <= 50000);
+    if (reset) CHECK(r.poll_cpu <= 3.0);
+    else CHECK(r.poll_cpu >= 30.0);  // the fault the reset exists for: the cap moved, the CPU did not
+  }
+}
+
+TEST_CASE("lowering the value asks for a poll-limit reset, raising it does not") {
+  TunerParams p;
+  p.policy = Policy::static_value;
+  p.static_ns = 20000;
+  Tuner t(p, 200000);
+  auto d = t.decide(synth(200000, timer150));
+  CHECK(d.guest_halt_poll_ns == 20000);
+  CHECK(d.reset_limits);
+  p.static_ns = 100000;
+  t.set_params(p);
+  d = t.decide(synth(20000, timer150));
+  CHECK(d.guest_halt_poll_ns == 100000);
+  CHECK_FALSE(d.reset_limits);
+  p.static_ns = 50000;
+  p.reset_limits = false;
+  t.set_params(p);
+  d = t.decide(synth(100000, timer150));
+  CHECK(d.guest_halt_poll_ns == 50000);
+  CHECK_FALSE(d.reset_limits);
+}
+
 TEST_CASE("model: an idle guest polls at most 0.5 % under balanced") {
   const auto r = run_loop(LoadModel::idle_guest(), TunerParams{}, 200000, 60, 40);
   INFO("idle: poll " << r.poll_cpu << "%, final " << r.final_ns);
@@ -468,3 +507,28 @@ TEST_CASE("model: an idle guest polls at most 0.5 % under balanced") {
   CHECK(r.final_ns == 0);
 }
 
+
+TEST_CASE("replay_cap: the library's haltpoll model over a histogram sees the governor's trap that predict_cap does not") {
+  IdlePeriodHistograms timer;
+  for (int i = 0; i < 6600; ++i) timer.poll_halt.record(145000 + (i % 10) * 500);
+  // Steady state at cap 200000 says every period is a hit; replayed from a limit of 0 the limit
+  // grows 50000 -> 100000 and stops there (a 145 us period halts for 45 us < 100000): all halt.
+  const auto steady = predict_cap(timer, 200000);
+  const auto replayed = replay_cap(timer, 200000, 50000);
+  CHECK(steady.hits == Approx(6600).epsilon(0.01));
+  CHECK(replayed.hits < 0.01 * 6600);
+  CHECK(replayed.halts == Approx(6600).epsilon(0.01));
+  CHECK(replayed.poll_ns == Approx(6600 * 100000.0).epsilon(0.02));  // polls 100 us, then halts
+  // A few longer periods (250 us: a 150 us halt after a 100 us poll) carry the limit to the cap,
+  // where the timer's periods hit.
+  IdlePeriodHistograms mixed = timer;
+  for (int i = 0; i < 330; ++i) mixed.poll_halt.record(250000);
+  const auto m = replay_cap(mixed, 200000, 50000);
+  CHECK(m.hits > 0.9 * 6600);
+  // Below grow_start the first shrink resets the limit: a 12.5 us cap over 5 ms periods halts.
+  IdlePeriodHistograms idle;
+  for (int i = 0; i < 100; ++i) idle.halt.record(5'000'000);
+  const auto i0 = replay_cap(idle, 12500, 50000);
+  CHECK(i0.hits == 0);
+  CHECK(i0.halts == Approx(100).epsilon(0.02));
+}
