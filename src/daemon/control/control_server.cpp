@@ -396,22 +396,48 @@ void ControlServer::start() {
   auto& acc = impl_->acceptor;
   acc.open(stream_protocol(), ec);
   if (ec) throw std::system_error(ec, "socket");
-  // Bind with no permission bits for others, then widen to the configured mode: never more open
-  // than asked for, not even for an instant.
-  mode_t old_mask = ::umask(0177);
+  // bind() gives the file the socket inode's own mode less the umask: so the file is created with
+  // its final mode, or, while a group is still to be given, with the owner's bits alone, never
+  // more open than asked for, not even for an instant. Nothing after bind() goes by the path's
+  // name alone, which whoever may write the directory could swap for a symlink or a hard link.
+  const std::optional<gid_t> gid = impl_->options.admin_gid;
+  const mode_t at_bind = static_cast<mode_t>(gid ? (impl_->options.mode & 0700) : (impl_->options.mode & 0777));
+  if (::fchmod(acc.native_handle(), at_bind) != 0) throw std::system_error(errno, std::generic_category(), "fchmod socket");
+  mode_t old_mask = ::umask(0777 & ~at_bind);
   acc.bind(stream_protocol::endpoint(path), ec);
   ::umask(old_mask);
   if (ec) throw std::system_error(ec, "bind " + path);
   impl_->bound = true;
-  // Never through a symlink: whatever is at the path now must be the socket just bound.
+  // The descriptor pins the inode: whatever later happens to the name, the group and the mode go
+  // to the socket just bound and to nothing else.
+  const int fd = ::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
   struct stat bound{};
-  if (::lstat(path.c_str(), &bound) != 0 || !S_ISSOCK(bound.st_mode))
+  if (fd < 0 || ::fstat(fd, &bound) != 0 || !S_ISSOCK(bound.st_mode) || bound.st_uid != ::geteuid() ||
+      (bound.st_mode & 07777) != at_bind) {
+    if (fd >= 0) ::close(fd);
+    impl_->bound = false;  // not ours to unlink
     throw std::system_error(EEXIST, std::generic_category(), path + " is not the socket just bound");
-  if (impl_->options.admin_gid &&
-      ::fchownat(AT_FDCWD, path.c_str(), static_cast<uid_t>(-1), *impl_->options.admin_gid, AT_SYMLINK_NOFOLLOW) != 0)
-    spdlog::warn("control: cannot give {} to group {}: {}", path, *impl_->options.admin_gid, std::strerror(errno));
-  if (::fchmodat(AT_FDCWD, path.c_str(), impl_->options.mode, AT_SYMLINK_NOFOLLOW) != 0)
-    throw std::system_error(errno, std::generic_category(), "chmod " + path);
+  }
+  if (impl_->options.after_bind) impl_->options.after_bind(path);
+  auto fail = [&](int e, const std::string& what) {
+    ::close(fd);
+    throw std::system_error(e, std::generic_category(), what);
+  };
+  if (gid) {
+    if (::fchownat(fd, "", static_cast<uid_t>(-1), *gid, AT_EMPTY_PATH) != 0)
+      spdlog::warn("control: cannot give {} to group {}: {}", path, *gid, std::strerror(errno));
+    // An O_PATH descriptor takes no fchmod(); its /proc link names exactly its inode (the kernel
+    // does not follow a symlink through it, unlike the path).
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    if (::chmod(self.c_str(), impl_->options.mode & 07777) != 0) fail(errno, "chmod " + path + " (through " + self + ")");
+  }
+  struct stat now{};
+  if (::fstatat(AT_FDCWD, path.c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0 || now.st_dev != bound.st_dev ||
+      now.st_ino != bound.st_ino) {
+    impl_->bound = false;
+    fail(EEXIST, path + " was replaced while the daemon set up its socket");
+  }
+  ::close(fd);
   acc.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw std::system_error(ec, "listen " + path);
   impl_->accept();

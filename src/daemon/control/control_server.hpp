@@ -57,6 +57,8 @@ struct ControlServerOptions {
   std::size_t read_pause_bytes = 64 * 1024;  // unread replies beyond which no new call is read
   int send_buffer_bytes = 8 * 1024;          // SO_SNDBUF of each connection (kernel memory per client)
   PeerGroupsQuery peer_groups = nullptr;     // nullptr: the real SO_PEERGROUPS
+  // A test seam: runs after bind() where a race could swap the path before its group and mode are set.
+  void (*after_bind)(const std::string& path) = nullptr;
 };
 
 struct ControlServerCounters {
@@ -76,7 +78,9 @@ class ControlServer {
 
   // Binds and listens. A leftover socket file at the path is removed first (the caller holds the
   // single-instance lock, so it is stale); any other kind of file there is an error. Sets the file
-  // mode and, with an admin group, the file's group. Throws std::system_error with the reason.
+  // mode and, with an admin group, the file's group, on the inode bind() created and never through
+  // the path (a symlink or hard link swapped in meanwhile is left alone and start() fails). Throws
+  // std::system_error with the reason.
   void start();
   // Closes the acceptor and every connection and removes the socket file. Idempotent.
   void stop();
