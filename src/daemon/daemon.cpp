@@ -460,11 +460,11 @@ bool Daemon::Impl::take_locks() {
 }
 
 int Daemon::Impl::run() {
+  // Before the first log line: a client that hangs up, or a reader of stderr that went away (a
+  // pipe to a logger), must not end the daemon without a restore.
+  ::signal(SIGPIPE, SIG_IGN);
   spdlog::info("haltpolld {} starting", HALTPOLL_VERSION_STRING);
   spdlog::info("effective config: {}", to_json(config_).dump());
-
-  // A client that hangs up, or a reader of a file, must not end the daemon without a restore.
-  ::signal(SIGPIPE, SIG_IGN);
   if (!take_locks()) return ExitCode::already_running;
 
   ControlServerOptions server_opts;

@@ -1,5 +1,5 @@
-// The real haltpolld process under conditions that would end it or cost the originals: a stop
-// while clients hold every descriptor it may open.
+// The real haltpolld process under conditions that would end it or cost the originals: SIGPIPE
+// from a client or from its own stderr, and a stop while clients hold every descriptor it may open.
 #include "daemon_fixture.hpp"
 
 #include <fcntl.h>
@@ -20,6 +20,14 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 
 namespace {
+
+bool ignores_sigpipe(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("SigIgn:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (SIGPIPE - 1)) & 1;
+  return false;
+}
 
 std::size_t open_fds(pid_t pid) {
   std::size_t n = 0;
@@ -53,6 +61,85 @@ std::string param(const Daemon& d, const char* name) {
 }
 
 }  // namespace
+
+TEST_CASE("hardening: SIGPIPE is ignored; clients that hang up mid-reply do not end the daemon") {
+  Daemon d(json{{"tuner", {{"interval_ms", 200}}}, {"socket", {{"mode", "0666"}}}});
+  CHECK(ignores_sigpipe(d.proc->pid()));
+  // Many large replies, each client gone (reset, not a clean close) before reading one.
+  const std::string calls = [] {
+    std::string s;
+    for (int i = 0; i < 32; ++i)
+      s += json{{"method", "io.haltpolld.GetStats"}, {"parameters", {{"histogram", true}}}}.dump() + std::string(1, '\0');
+    return s;
+  }();
+  for (int i = 0; i < 40; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, d.socket.c_str(), sizeof a.sun_path - 1);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    (void)!::send(fd, calls.data(), calls.size(), MSG_NOSIGNAL);
+    if (i % 2 == 0) std::this_thread::sleep_for(5ms);  // some mid-reply, some before the first
+    const linger l{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    ::close(fd);
+  }
+  RawClient c(d.socket);
+  REQUIRE(c.connected());
+  CHECK(c.call("io.haltpolld.GetStatus").value("error", "").empty());
+  CHECK(d.alive());
+  CHECK(d.stop() == 0);
+}
+
+TEST_CASE("hardening: a stderr whose reader went away does not end the daemon") {
+  // The fixture's tree and config, but this daemon's stderr is a pipe closed before it starts: its
+  // very first log line meets EPIPE.
+  Daemon fixture(json{{"tuner", {{"interval_ms", 200}}}, {"socket", {{"mode", "0666"}}}});
+  REQUIRE(fixture.stop() == 0);
+  int p[2];
+  REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 2);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  std::vector<std::string> argv = {HALTPOLLD_BIN, "--config", fixture.config_file, "--socket", fixture.socket,
+                                   "--sysfs-root", fixture.sysfs, "--log-level", "debug"};
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  ::close(p[0]);  // nobody will ever read
+  pid_t pid = -1;
+  REQUIRE(posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(p[1]);
+  struct Reap {
+    pid_t pid;
+    int status = -1;
+    ~Reap() {
+      if (status == -1) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } reap{pid};
+  const bool up = eventually([&] { return RawClient(fixture.socket).connected() || ::waitpid(pid, &reap.status, WNOHANG) == pid; }, 20s);
+  REQUIRE(up);
+  INFO("exit status " << reap.status << (WIFSIGNALED(reap.status) ? " (a signal)" : ""));
+  REQUIRE(reap.status == -1);
+  // A reload logs (to the dead pipe) and the daemon goes on serving.
+  ::kill(pid, SIGHUP);
+  RawClient c(fixture.socket);
+  REQUIRE(c.connected());
+  CHECK(c.call("io.haltpolld.GetConfig").value("error", "").empty());
+  CHECK(::kill(pid, 0) == 0);
+  ::kill(pid, SIGTERM);
+  int st = 0;
+  REQUIRE(::waitpid(pid, &st, 0) == pid);
+  reap.status = st;
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+}
 
 TEST_CASE("hardening: the stop restores the originals even when clients hold every descriptor") {
   if (::geteuid() != 0) {
