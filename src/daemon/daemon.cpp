@@ -147,6 +147,8 @@ ControlServerOptions Daemon::Impl::server_options(const Config& c) const {
   o.max_connections = c.socket.max_connections;
   o.max_connections_per_uid = c.socket.max_connections_per_uid;
   o.idle_timeout_ms = c.socket.idle_timeout_ms;
+  o.calls_per_second_per_uid = c.socket.calls_per_second_per_uid;
+  o.call_burst_per_uid = c.socket.call_burst_per_uid;
   return o;
 }
 
@@ -427,6 +429,7 @@ json Daemon::Impl::status() {
   s["control"] = {{"socket", config_.socket.path},
                   {"connections", c.connections_open},
                   {"requests_total", c.requests_total},
+                  {"rate_limited_total", c.rate_limited_total},
                   {"max_connections", config_.socket.max_connections}};
   s["metrics_textfile"] = config_.metrics.textfile.empty() ? json(nullptr) : json(config_.metrics.textfile);
   if (!textfile_error_.empty()) s["metrics_textfile_error"] = textfile_error_;

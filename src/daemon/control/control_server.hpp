@@ -14,7 +14,10 @@
 // connection is bounded by not reading: while a stream runs or read_pause_bytes of replies are
 // unread, further calls stay unparsed in the socket (at most one read chunk and one partial
 // message are buffered), and a Watch stream skips a tick instead of queueing behind an unread
-// reply. A client that half-closes still receives the replies to the calls it sent.
+// reply. A client that half-closes still receives the replies to the calls it sent. The calls of
+// one non-admin uid share a token bucket (calls_per_second_per_uid, call_burst_per_uid): a call
+// beyond it gets RateLimited (retry_after_ms) and that connection reads nothing more until a token
+// is due, so a flood costs the control thread one small reply per connection and pause.
 //
 // Admin status is decided once, at connect: the admin group is restart-only. If SO_PEERGROUPS
 // fails the peer has no supplementary groups (never a zero-filled list, which would read as gid 0).
@@ -52,6 +55,10 @@ struct ControlServerOptions {
   unsigned admin_reserved_connections = 8;  // of max_connections, only for admins
   unsigned max_connections_per_uid = 32;    // uid 0 and the daemon's uid are not limited
   unsigned idle_timeout_ms = 60000;
+  // Calls per second of one non-admin uid over all its connections (a token bucket holding up to
+  // call_burst_per_uid); 0: unlimited. Admins are never limited.
+  unsigned calls_per_second_per_uid = 200;
+  unsigned call_burst_per_uid = 400;
   std::size_t max_message_bytes = varlink::kMaxMessageBytes;
   std::size_t max_write_queue_bytes = 4 * 1024 * 1024;
   std::size_t read_pause_bytes = 64 * 1024;  // unread replies beyond which no new call is read
@@ -67,6 +74,7 @@ struct ControlServerCounters {
   std::uint64_t requests_total = 0;
   std::uint64_t errors_total = 0;
   std::uint64_t rejected_total = 0;
+  std::uint64_t rate_limited_total = 0;  // calls answered RateLimited (also in errors_total)
 };
 
 class ControlServer {
@@ -85,7 +93,7 @@ class ControlServer {
   // Closes the acceptor and every connection and removes the socket file. Idempotent.
   void stop();
   // Applies the settings that may change at run time: max_connections, max_connections_per_uid,
-  // idle_timeout_ms (admin_gid is fixed at start).
+  // idle_timeout_ms, the per-uid call rate and burst (admin_gid is fixed at start).
   void update(const ControlServerOptions& options);
   ControlServerCounters counters() const;
 
