@@ -62,7 +62,7 @@ std::string param(const Daemon& d, const char* name) {
 
 }  // namespace
 
-TEST_CASE("hardening: SIGPIPE is ignored; clients that hang up mid-reply do not end the daemon") {
+TEST_CASE("hardening: SIGPIPE is ignored, and clients that hang up mid-reply do not end the daemon") {
   Daemon d(json{{"tuner", {{"interval_ms", 200}}}, {"socket", {{"mode", "0666"}}}});
   CHECK(ignores_sigpipe(d.proc->pid()));
   // Many large replies, each client gone (reset, not a clean close) before reading one.
