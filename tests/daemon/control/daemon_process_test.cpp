@@ -86,7 +86,11 @@ TEST_CASE("hardening: SIGPIPE is ignored, and clients that hang up mid-reply do 
   }
   RawClient c(d.socket);
   REQUIRE(c.connected());
-  CHECK(c.call("io.haltpolld.GetStatus").value("error", "").empty());
+  // A sanitizer build may still be answering the 1280 calls the clients left behind.
+  REQUIRE(c.send({{"method", "io.haltpolld.GetStatus"}}));
+  const auto status = c.recv_message(60s);
+  REQUIRE(status);
+  CHECK(status->value("error", "").empty());
   CHECK(d.alive());
   CHECK(d.stop() == 0);
 }
@@ -146,6 +150,12 @@ TEST_CASE("hardening: the stop restores the originals even when clients hold eve
     WARN("not root: cannot lower another process's RLIMIT_NOFILE here; skipped");
     return;
   }
+#if defined(__SANITIZE_ADDRESS__)
+  // The asan preset's UBSan checks a vptr by writing the memory to a pipe it opens for the check
+  // (IsAccessibleMemoryRange): out of descriptors, it reports a false "invalid vptr" and exits.
+  WARN("ASan/UBSan build: its vptr check needs a free descriptor, which this test takes away; skipped");
+  return;
+#endif
   // Kernel mode on the fake root, a static cap that differs from the original 200000.
   const json cfg = {{"mode", "kernel"},
                     {"tuner", {{"interval_ms", 200}, {"policy", "static"}}},
