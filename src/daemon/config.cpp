@@ -136,6 +136,8 @@ void visit_schema(V&& v) {
   v("/socket/max_connections", live, [](auto& c) -> auto& { return c.socket.max_connections; }, Integer{1, 4096});
   v("/socket/max_connections_per_uid", live, [](auto& c) -> auto& { return c.socket.max_connections_per_uid; }, Integer{1, 4096});
   v("/socket/idle_timeout_ms", live, [](auto& c) -> auto& { return c.socket.idle_timeout_ms; }, Integer{100, 86'400'000});
+  v("/socket/calls_per_second_per_uid", live, [](auto& c) -> auto& { return c.socket.calls_per_second_per_uid; }, Integer{0, 1'000'000});
+  v("/socket/call_burst_per_uid", live, [](auto& c) -> auto& { return c.socket.call_burst_per_uid; }, Integer{1, 1'000'000});
   v("/pool/policy", restart, [](auto& c) -> auto& { return c.pool.policy; }, Choice{{"haltpoll", "adaptive"}});
   v("/pool/window_cap_ns", live, [](auto& c) -> auto& { return c.pool.window_cap_ns; }, Integer{0, kMaxWindowNs});
   // clang-format on

@@ -32,6 +32,8 @@ struct Config {
     unsigned max_connections = 128;
     unsigned max_connections_per_uid = 32;  // uid 0 and the daemon's uid are not limited
     unsigned idle_timeout_ms = 60000;
+    unsigned calls_per_second_per_uid = 200;  // 0: unlimited; admins are never limited
+    unsigned call_burst_per_uid = 400;
     friend bool operator==(const Socket&, const Socket&) = default;
   } socket;
   struct Pool {

@@ -148,6 +148,8 @@ ControlServerOptions Daemon::Impl::server_options(const Config& c) const {
   o.max_connections = c.socket.max_connections;
   o.max_connections_per_uid = c.socket.max_connections_per_uid;
   o.idle_timeout_ms = c.socket.idle_timeout_ms;
+  o.calls_per_second_per_uid = c.socket.calls_per_second_per_uid;
+  o.call_burst_per_uid = c.socket.call_burst_per_uid;
   return o;
 }
 
@@ -407,6 +409,7 @@ json Daemon::Impl::status() {
   s["control"] = {{"socket", config_.socket.path},
                   {"connections", c.connections_open},
                   {"requests_total", c.requests_total},
+                  {"rate_limited_total", c.rate_limited_total},
                   {"max_connections", config_.socket.max_connections}};
   s["metrics_textfile"] = config_.metrics.textfile.empty() ? json(nullptr) : json(config_.metrics.textfile);
   if (!textfile_error_.empty()) s["metrics_textfile_error"] = textfile_error_;
@@ -440,11 +443,11 @@ bool Daemon::Impl::take_locks() {
 }
 
 int Daemon::Impl::run() {
+  // Before the first log line: a client that hangs up, or a reader of stderr that went away (a
+  // pipe to a logger), must not end the daemon without a restore.
+  ::signal(SIGPIPE, SIG_IGN);
   spdlog::info("haltpolld {} starting", HALTPOLL_VERSION_STRING);
   spdlog::info("effective config: {}", to_json(config_).dump());
-
-  // A client that hangs up, or a reader of a file, must not end the daemon without a restore.
-  ::signal(SIGPIPE, SIG_IGN);
   if (!take_locks()) return ExitCode::already_running;
 
   ControlServerOptions server_opts;

@@ -17,6 +17,7 @@
 #include <array>
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <system_error>
@@ -66,6 +67,8 @@ struct ControlServer::Impl : std::enable_shared_from_this<ControlServer::Impl> {
   bool is_admin(const ucred& cred, const std::vector<gid_t>& groups) const;
   // Empty when a peer may take a slot; else why not.
   std::string refusal(uid_t uid, bool admin) const;
+  // Takes one call from the uid's bucket: 0 when it may run, else the ms until a token is due.
+  unsigned take_call(uid_t uid);
 
   asio::io_context& io;
   const varlink::Registry& registry;
@@ -73,6 +76,11 @@ struct ControlServer::Impl : std::enable_shared_from_this<ControlServer::Impl> {
   stream_protocol::acceptor acceptor;
   std::unordered_set<std::shared_ptr<Connection>> connections;
   std::unordered_map<uid_t, unsigned> per_uid;
+  struct Bucket {
+    double tokens = 0;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::unordered_map<uid_t, Bucket> buckets;  // kept after a uid's last connection: reconnecting refills nothing
   ControlServerCounters counters;
   bool stopped = false;
   bool bound = false;
@@ -87,6 +95,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         socket_(std::move(socket)),
         idle_timer_(server_->io),
         stream_timer_(server_->io),
+        pause_timer_(server_->io),
         decoder_(server_->options.max_message_bytes) {}
 
   // Who is calling, before the peer counts against any limit.
@@ -148,6 +157,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     error_code ec;
     idle_timer_.cancel();
     stream_timer_.cancel();
+    pause_timer_.cancel();
     socket_.shutdown(stream_protocol::socket::shutdown_both, ec);
     socket_.close(ec);
     server_->remove(this);
@@ -175,7 +185,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   bool may_process() const {
-    return !closed_ && !close_after_write_ && !streaming_ && wbytes_ < server_->options.read_pause_bytes;
+    return !closed_ && !close_after_write_ && !streaming_ && !paused_ && wbytes_ < server_->options.read_pause_bytes;
   }
 
   void read() {
@@ -216,10 +226,32 @@ class Connection : public std::enable_shared_from_this<Connection> {
       auto call = varlink::parse_call(*text, why);
       if (!call) return fail(varlink::error_reply(errors::malformed_message, {{"reason", why}}));
       arm_idle_timer();
+      if (!peer_.admin) {
+        if (const unsigned wait_ms = server_->take_call(peer_.uid); wait_ms > 0) {
+          rate_limited(*call, wait_ms);
+          break;
+        }
+      }
       handle(std::move(*call));
     }
     if (peer_eof_) return finish_if_done();
     read();
+  }
+
+  // Over the uid's call budget: this call is answered with RateLimited, not run, and nothing more is
+  // read from this connection until a token is due.
+  void rate_limited(const varlink::Call& call, unsigned wait_ms) {
+    ++server_->counters.requests_total;
+    ++server_->counters.errors_total;
+    ++server_->counters.rate_limited_total;
+    if (!call.oneway) enqueue(varlink::encode_reply(varlink::error_reply(errors::rate_limited, {{"retry_after_ms", wait_ms}})));
+    paused_ = true;
+    pause_timer_.expires_after(std::chrono::milliseconds(wait_ms));
+    pause_timer_.async_wait([self = shared_from_this()](const error_code& ec) {
+      if (ec || self->closed_) return;
+      self->paused_ = false;
+      self->process();
+    });
   }
 
   void finish_if_done() {
@@ -295,6 +327,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   stream_protocol::socket socket_;
   asio::steady_timer idle_timer_;
   asio::steady_timer stream_timer_;
+  asio::steady_timer pause_timer_;
   varlink::FrameDecoder decoder_;
   std::array<char, 8192> rbuf_{};
   std::deque<std::string> wqueue_;
@@ -305,6 +338,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed_ = false;
   bool close_after_write_ = false;
   bool streaming_ = false;
+  bool paused_ = false;  // over the uid's call budget
   bool peer_eof_ = false;
   bool drained_ = true;  // no complete call is left in the decoder
   varlink::Call stream_call_;
@@ -333,6 +367,28 @@ std::string ControlServer::Impl::refusal(uid_t uid, bool admin) const {
     if (it != per_uid.end() && it->second >= options.max_connections_per_uid) return "too many connections of this uid";
   }
   return {};
+}
+
+unsigned ControlServer::Impl::take_call(uid_t uid) {
+  const double rate = options.calls_per_second_per_uid;
+  if (rate <= 0) return 0;
+  const double burst = std::max(1u, options.call_burst_per_uid);
+  const auto now = std::chrono::steady_clock::now();
+  auto [it, fresh] = buckets.try_emplace(uid, Bucket{burst, now});
+  Bucket& b = it->second;
+  b.tokens = std::min(burst, b.tokens + rate * std::chrono::duration<double>(now - b.at).count());
+  b.at = now;
+  if (fresh && buckets.size() > 4096) {
+    // Many uids came and went: forget the full buckets (they would start full anyway).
+    std::erase_if(buckets, [&](const auto& e) {
+      return e.first != uid && e.second.tokens + rate * std::chrono::duration<double>(now - e.second.at).count() >= burst;
+    });
+  }
+  if (b.tokens >= 1) {
+    b.tokens -= 1;
+    return 0;
+  }
+  return static_cast<unsigned>(std::ceil((1 - b.tokens) / rate * 1000));
 }
 
 void ControlServer::Impl::admit(const std::shared_ptr<Connection>& conn) {
@@ -396,22 +452,48 @@ void ControlServer::start() {
   auto& acc = impl_->acceptor;
   acc.open(stream_protocol(), ec);
   if (ec) throw std::system_error(ec, "socket");
-  // Bind with no permission bits for others, then widen to the configured mode: never more open
-  // than asked for, not even for an instant.
-  mode_t old_mask = ::umask(0177);
+  // bind() gives the file the socket inode's own mode less the umask: so the file is created with
+  // its final mode, or, while a group is still to be given, with the owner's bits alone, never
+  // more open than asked for, not even for an instant. Nothing after bind() goes by the path's
+  // name alone, which whoever may write the directory could swap for a symlink or a hard link.
+  const std::optional<gid_t> gid = impl_->options.admin_gid;
+  const mode_t at_bind = static_cast<mode_t>(gid ? (impl_->options.mode & 0700) : (impl_->options.mode & 0777));
+  if (::fchmod(acc.native_handle(), at_bind) != 0) throw std::system_error(errno, std::generic_category(), "fchmod socket");
+  mode_t old_mask = ::umask(0777 & ~at_bind);
   acc.bind(stream_protocol::endpoint(path), ec);
   ::umask(old_mask);
   if (ec) throw std::system_error(ec, "bind " + path);
   impl_->bound = true;
-  // Never through a symlink: whatever is at the path now must be the socket just bound.
+  // The descriptor pins the inode: whatever later happens to the name, the group and the mode go
+  // to the socket just bound and to nothing else.
+  const int fd = ::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
   struct stat bound{};
-  if (::lstat(path.c_str(), &bound) != 0 || !S_ISSOCK(bound.st_mode))
+  if (fd < 0 || ::fstat(fd, &bound) != 0 || !S_ISSOCK(bound.st_mode) || bound.st_uid != ::geteuid() ||
+      (bound.st_mode & 07777) != at_bind) {
+    if (fd >= 0) ::close(fd);
+    impl_->bound = false;  // not ours to unlink
     throw std::system_error(EEXIST, std::generic_category(), path + " is not the socket just bound");
-  if (impl_->options.admin_gid &&
-      ::fchownat(AT_FDCWD, path.c_str(), static_cast<uid_t>(-1), *impl_->options.admin_gid, AT_SYMLINK_NOFOLLOW) != 0)
-    spdlog::warn("control: cannot give {} to group {}: {}", path, *impl_->options.admin_gid, std::strerror(errno));
-  if (::fchmodat(AT_FDCWD, path.c_str(), impl_->options.mode, AT_SYMLINK_NOFOLLOW) != 0)
-    throw std::system_error(errno, std::generic_category(), "chmod " + path);
+  }
+  if (impl_->options.after_bind) impl_->options.after_bind(path);
+  auto fail = [&](int e, const std::string& what) {
+    ::close(fd);
+    throw std::system_error(e, std::generic_category(), what);
+  };
+  if (gid) {
+    if (::fchownat(fd, "", static_cast<uid_t>(-1), *gid, AT_EMPTY_PATH) != 0)
+      spdlog::warn("control: cannot give {} to group {}: {}", path, *gid, std::strerror(errno));
+    // An O_PATH descriptor takes no fchmod(); its /proc link names exactly its inode (the kernel
+    // does not follow a symlink through it, unlike the path).
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    if (::chmod(self.c_str(), impl_->options.mode & 07777) != 0) fail(errno, "chmod " + path + " (through " + self + ")");
+  }
+  struct stat now{};
+  if (::fstatat(AT_FDCWD, path.c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0 || now.st_dev != bound.st_dev ||
+      now.st_ino != bound.st_ino) {
+    impl_->bound = false;
+    fail(EEXIST, path + " was replaced while the daemon set up its socket");
+  }
+  ::close(fd);
   acc.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw std::system_error(ec, "listen " + path);
   impl_->accept();
@@ -434,6 +516,8 @@ void ControlServer::update(const ControlServerOptions& options) {
   impl_->options.max_connections_per_uid = options.max_connections_per_uid;
   bool idle_changed = impl_->options.idle_timeout_ms != options.idle_timeout_ms;
   impl_->options.idle_timeout_ms = options.idle_timeout_ms;
+  impl_->options.calls_per_second_per_uid = options.calls_per_second_per_uid;
+  impl_->options.call_burst_per_uid = options.call_burst_per_uid;
   if (idle_changed)
     for (auto& c : impl_->connections) c->rearm_idle();
 }

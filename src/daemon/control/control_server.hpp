@@ -14,7 +14,10 @@
 // connection is bounded by not reading: while a stream runs or read_pause_bytes of replies are
 // unread, further calls stay unparsed in the socket (at most one read chunk and one partial
 // message are buffered), and a Watch stream skips a tick instead of queueing behind an unread
-// reply. A client that half-closes still receives the replies to the calls it sent.
+// reply. A client that half-closes still receives the replies to the calls it sent. The calls of
+// one non-admin uid share a token bucket (calls_per_second_per_uid, call_burst_per_uid): a call
+// beyond it gets RateLimited (retry_after_ms) and that connection reads nothing more until a token
+// is due, so a flood costs the control thread one small reply per connection and pause.
 //
 // Admin status is decided once, at connect: the admin group is restart-only. If SO_PEERGROUPS
 // fails the peer has no supplementary groups (never a zero-filled list, which would read as gid 0).
@@ -52,11 +55,17 @@ struct ControlServerOptions {
   unsigned admin_reserved_connections = 8;  // of max_connections, only for admins
   unsigned max_connections_per_uid = 32;    // uid 0 and the daemon's uid are not limited
   unsigned idle_timeout_ms = 60000;
+  // Calls per second of one non-admin uid over all its connections (a token bucket holding up to
+  // call_burst_per_uid); 0: unlimited. Admins are never limited.
+  unsigned calls_per_second_per_uid = 200;
+  unsigned call_burst_per_uid = 400;
   std::size_t max_message_bytes = varlink::kMaxMessageBytes;
   std::size_t max_write_queue_bytes = 4 * 1024 * 1024;
   std::size_t read_pause_bytes = 64 * 1024;  // unread replies beyond which no new call is read
   int send_buffer_bytes = 8 * 1024;          // SO_SNDBUF of each connection (kernel memory per client)
   PeerGroupsQuery peer_groups = nullptr;     // nullptr: the real SO_PEERGROUPS
+  // A test seam: runs after bind() where a race could swap the path before its group and mode are set.
+  void (*after_bind)(const std::string& path) = nullptr;
 };
 
 struct ControlServerCounters {
@@ -65,6 +74,7 @@ struct ControlServerCounters {
   std::uint64_t requests_total = 0;
   std::uint64_t errors_total = 0;
   std::uint64_t rejected_total = 0;
+  std::uint64_t rate_limited_total = 0;  // calls answered RateLimited (also in errors_total)
 };
 
 class ControlServer {
@@ -76,12 +86,14 @@ class ControlServer {
 
   // Binds and listens. A leftover socket file at the path is removed first (the caller holds the
   // single-instance lock, so it is stale); any other kind of file there is an error. Sets the file
-  // mode and, with an admin group, the file's group. Throws std::system_error with the reason.
+  // mode and, with an admin group, the file's group, on the inode bind() created and never through
+  // the path (a symlink or hard link swapped in meanwhile is left alone and start() fails). Throws
+  // std::system_error with the reason.
   void start();
   // Closes the acceptor and every connection and removes the socket file. Idempotent.
   void stop();
   // Applies the settings that may change at run time: max_connections, max_connections_per_uid,
-  // idle_timeout_ms (admin_gid is fixed at start).
+  // idle_timeout_ms, the per-uid call rate and burst (admin_gid is fixed at start).
   void update(const ControlServerOptions& options);
   ControlServerCounters counters() const;
 

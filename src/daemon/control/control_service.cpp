@@ -27,6 +27,7 @@ error RestartRequired (paths: []string)
 error MalformedMessage (reason: string)
 error MessageTooLarge (limit: int)
 error TooManyConnections (limit: int)
+error RateLimited (retry_after_ms: int)
 error InternalError (reason: string)
 )";
 

@@ -16,6 +16,7 @@ inline constexpr const char* restart_required = "io.haltpolld.RestartRequired"; 
 inline constexpr const char* malformed_message = "io.haltpolld.MalformedMessage";  // (reason); then closed
 inline constexpr const char* message_too_large = "io.haltpolld.MessageTooLarge";  // (limit); then closed
 inline constexpr const char* too_many_connections = "io.haltpolld.TooManyConnections";  // (limit); then closed
+inline constexpr const char* rate_limited = "io.haltpolld.RateLimited";          // (retry_after_ms); kept
 inline constexpr const char* internal_error = "io.haltpolld.InternalError";      // (reason)
 }  // namespace errors
 

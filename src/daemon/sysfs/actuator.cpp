@@ -22,6 +22,13 @@ namespace {
 
 std::string errno_text(int e) { return std::strerror(e); }
 
+// Any edit, chmod, chown or replacement of the file changes one of these.
+std::string identity_of(const std::string& path) {
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0) return {};
+  return fmt::format("{}:{}:{}.{}:{}", st.st_dev, st.st_ino, st.st_ctim.tv_sec, st.st_ctim.tv_nsec, st.st_size);
+}
+
 }  // namespace
 
 SysfsHaltpollParams::SysfsHaltpollParams(std::string sysfs_root, std::string state_file)
@@ -313,6 +320,17 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::restore() {
   return r;
 }
 
+std::string SysfsHaltpollParams::recheck_blocked() {
+  if (blocked_.empty()) return {};
+  struct stat st{};
+  if (::lstat(state_file_.c_str(), &st) != 0 && errno == ENOENT) {
+    blocked_.clear();
+    return fmt::format("the refused state file {} was removed: kernel writes resume", state_file_);
+  }
+  if (identity_of(state_file_) == blocked_identity_) return {};
+  return recover().message;
+}
+
 SysfsHaltpollParams::Result SysfsHaltpollParams::recover() {
   Result r;
   blocked_.clear();
@@ -324,6 +342,7 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::recover() {
     r.error = e;
     r.message = fmt::format("state file {} not applied and left in place: {}", state_file_, reason);
     blocked_ = r.message;
+    blocked_identity_ = identity_of(state_file_);
     return r;
   };
   if (!text) {

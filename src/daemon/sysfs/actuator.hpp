@@ -11,8 +11,9 @@
 // daemon's uid and nobody else may write them (no symlink, no FIFO), takes no path from it (the
 // values go to the configured root only), and restores nothing unless every value is valid
 // (decimal <= UINT32_MAX, or Y/N for allow_shrink). A state file that was not applied is never
-// overwritten: until it is restored or removed, set_poll_ns() refuses with the reason. Parameter
-// files are opened without following a symlink and must be regular files.
+// overwritten: until it is restored or removed, set_poll_ns() refuses with the reason
+// (recheck_blocked() notices the removal or a repair). Parameter files are opened without
+// following a symlink and must be regular files.
 //
 // Lowering the cap does not lower a CPU's poll limit until that CPU halts (the governor adjusts
 // only after a halt), so a CPU whose wake-ups all arrive within its old limit polls at the old
@@ -74,6 +75,10 @@ class SysfsHaltpollParams {
   // Why kernel writes are refused (a state file of an earlier run that was not applied); empty
   // when they are not.
   const std::string& blocked_reason() const noexcept { return blocked_; }
+  // While writes are refused: looks at the state file again. Gone (an operator removed it): writes
+  // are no longer refused. Changed since it was refused (an operator repaired it): recover() again.
+  // Returns what happened (the new refusal included), empty when nothing did.
+  std::string recheck_blocked();
 
   // True when `value` may be written to parameter `name` (decimal <= UINT32_MAX, or Y/N).
   static bool valid_value(const std::string& name, const std::string& value);
@@ -114,6 +119,7 @@ class SysfsHaltpollParams {
   std::string saved_governor_;  // the governor found when the originals were saved ("" if unknown)
   std::uint64_t limit_resets_ = 0;
   std::string blocked_;
+  std::string blocked_identity_;  // device, inode, ctime and size of the refused state file
 };
 
 }  // namespace haltpolld

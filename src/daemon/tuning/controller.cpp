@@ -131,6 +131,20 @@ void Controller::start() {
 
 Decision Controller::tick() {
   std::lock_guard lock(mu_);
+  // Kernel mode refused for an unapplied state file comes back by itself once an operator removes or
+  // repairs that file: no reload needed.
+  if (!degraded_reason_.empty() && !actuator_->blocked_reason().empty()) {
+    if (std::string what = actuator_->recheck_blocked(); !what.empty()) {
+      recovery_message_ = what;
+      if (actuator_->blocked_reason().empty()) {
+        degraded_reason_.clear();
+        detect_locked();
+        spdlog::warn("{}; kernel mode resumes", what);
+      } else {
+        spdlog::error("{}", what);
+      }
+    }
+  }
   const Target t = target_locked();
   Observation obs = sensors_->sample(steady_ns());
   obs.tick = ++ticks_;

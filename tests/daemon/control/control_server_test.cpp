@@ -605,3 +605,96 @@ TEST_CASE("hardening: a client that half-closes still gets every reply") {
   CHECK(all.find("\"config\"") != std::string::npos);
   CHECK(d.stop() == 0);
 }
+
+namespace {
+
+// A child that becomes `uid` and floods the daemon for `seconds` from `n` connections with
+// pipelined GetStats calls (reading every reply), then reports "<ok> <rate_limited> <ms>" on
+// `report`: how many calls were answered, how many were refused as RateLimited, and how long it ran.
+pid_t flooder(const std::string& path, uid_t uid, int n, double seconds, int report) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  if (::setgroups(0, nullptr) != 0 || ::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0) _exit(2);
+  const std::string call = json{{"method", "io.haltpolld.GetStats"}, {"parameters", {{"histogram", true}}}}.dump() + std::string(1, '\0');
+  std::vector<pollfd> fds;
+  std::vector<std::string> bufs(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) _exit(3);
+    fds.push_back({fd, POLLIN | POLLOUT, 0});
+  }
+  long ok = 0, limited = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto end = t0 + std::chrono::duration<double>(seconds);
+  static char chunk[1 << 16];
+  while (std::chrono::steady_clock::now() < end) {
+    if (::poll(fds.data(), fds.size(), 50) <= 0) continue;
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents & POLLOUT) (void)!::send(fds[i].fd, call.data(), call.size(), MSG_NOSIGNAL);
+      if (fds[i].revents & POLLIN) {
+        const ssize_t got = ::recv(fds[i].fd, chunk, sizeof chunk, 0);
+        if (got <= 0) _exit(4);  // closed on us: the test wants calls answered, not dropped
+        bufs[i].append(chunk, static_cast<std::size_t>(got));
+        for (std::size_t nul; (nul = bufs[i].find('\0')) != std::string::npos;) {
+          const std::string reply = bufs[i].substr(0, nul);
+          if (reply.find("io.haltpolld.RateLimited") != std::string::npos) ++limited;
+          else if (reply.find("\"error\"") == std::string::npos) ++ok;
+          bufs[i].erase(0, nul + 1);
+        }
+      }
+    }
+  }
+  const long ms = static_cast<long>(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  const std::string line = std::to_string(ok) + " " + std::to_string(limited) + " " + std::to_string(ms) + "\n";
+  (void)!::write(report, line.data(), line.size());
+  _exit(0);
+}
+
+}  // namespace
+
+TEST_CASE("hardening: a uid flooding GetStats is held to its call budget while an admin call succeeds") {
+  if (::geteuid() != 0) {
+    WARN("not root: cannot run the flood as another uid; skipped");
+    return;
+  }
+  constexpr unsigned rate = 20, burst = 40;
+  Daemon d(json{{"socket", {{"mode", "0666"}, {"calls_per_second_per_uid", rate}, {"call_burst_per_uid", burst}}},
+                {"tuner", {{"interval_ms", 200}}}});
+  int report[2];
+  REQUIRE(::pipe(report) == 0);
+  const pid_t child = flooder(d.socket, 60010, 8, 3.0 * kSlow, report[1]);
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reap{child};
+  std::this_thread::sleep_for(500ms * kSlow);  // the flood is on
+  RawClient admin(d.socket);
+  REQUIRE(admin.connected());
+  for (int i = 0; i < 50; ++i) {
+    // Root is never limited: fifty calls in a row, more than the flooder's burst, all run.
+    CHECK(error_of(call_within(admin, "io.haltpolld.GetStats", json::object(), 5s * kSlow)).empty());
+  }
+  CHECK(error_of(call_within(admin, "io.haltpolld.ResetStats", json::object(), 5s * kSlow)).empty());
+  char line[128] = {};
+  REQUIRE(::read(report[0], line, sizeof line - 1) > 0);
+  long ok = 0, limited = 0, ms = 0;
+  REQUIRE(std::sscanf(line, "%ld %ld %ld", &ok, &limited, &ms) == 3);
+  CAPTURE(ok, limited, ms);
+  // The whole uid, eight connections together, gets the burst plus the rate (a token's slack for
+  // each connection's pause), and every call beyond is answered RateLimited rather than dropped.
+  CHECK(ok >= static_cast<long>(burst));
+  CHECK(ok <= static_cast<long>(burst + rate * ms / 1000 + 8 + rate));
+  CHECK(limited > 0);
+  auto status = call_within(admin, "io.haltpolld.GetStatus", json::object(), 5s * kSlow)["parameters"];
+  CHECK(status["control"]["rate_limited_total"].get<long>() >= limited);
+  ::close(report[0]);
+  ::close(report[1]);
+  CHECK(d.alive());
+  CHECK(d.stop() == 0);
+}

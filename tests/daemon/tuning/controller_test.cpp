@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 
 using namespace haltpolld;
@@ -228,4 +229,58 @@ TEST_CASE("a busy guest starts a sweep, and the controller says it is searching 
   CHECK(c.searching());
   CHECK(c.status().tuner.phase != "steady");
   c.stop();
+}
+
+TEST_CASE("hardening: kernel mode comes back on the next tick once the refused state file is removed or repaired") {
+  FakeSysfs fs;
+  TempDir dir;
+  Controller c(opts(fs, dir, true), std::unique_ptr<PoolAccess>{});
+  const std::string state = c.state_file();
+  std::ofstream(state) << "{\"version\": 2}\n";  // in the private directory, but not a file to apply
+  c.start();
+  CHECK_FALSE(c.tick().applied_kernel);
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  REQUIRE(status_to_json(c.status())["effective_mode"] == "observe");
+  CHECK_FALSE(c.tick().applied_kernel);  // nothing changed: still refused, and the file is kept
+  CHECK(std::filesystem::exists(state));
+
+  SECTION("removed") {
+    std::filesystem::remove(state);
+    CHECK(c.tick().applied_kernel);
+    CHECK(fs.param("guest_halt_poll_ns") == "30000");
+    auto s = status_to_json(c.status());
+    CHECK(s["effective_mode"] == "kernel");
+    CHECK(s["kernel_mode_inactive_reason"].is_null());
+    CHECK(s["kernel"]["recovery"].get<std::string>().find("was removed") != std::string::npos);
+    c.stop();
+    CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  }
+  SECTION("repaired: its values are applied first, then tuning resumes on top of them") {
+    const nlohmann::json fixed = {{"version", 1},
+                                  {"sysfs_root", fs.root()},
+                                  {"pid", 1},
+                                  {"params",
+                                   {{"guest_halt_poll_ns", "150000"},
+                                    {"guest_halt_poll_grow", "2"},
+                                    {"guest_halt_poll_grow_start", "50000"},
+                                    {"guest_halt_poll_shrink", "2"},
+                                    {"guest_halt_poll_allow_shrink", "Y"}}}};
+    std::ofstream(state) << fixed.dump();
+    CHECK(c.tick().applied_kernel);
+    CHECK(fs.param("guest_halt_poll_ns") == "30000");
+    auto s = status_to_json(c.status());
+    CHECK(s["effective_mode"] == "kernel");
+    CHECK(s["kernel"]["recovery"].get<std::string>().find("restored the haltpoll parameters saved by pid 1") !=
+          std::string::npos);
+    c.stop();
+    CHECK(fs.param("guest_halt_poll_ns") == "150000");  // the repaired file's originals
+  }
+  SECTION("changed but still not valid: still refused, with the new reason") {
+    std::ofstream(state) << "{\"version\": 1}\n";
+    CHECK_FALSE(c.tick().applied_kernel);
+    auto s = status_to_json(c.status());
+    CHECK(s["effective_mode"] == "observe");
+    CHECK(s["kernel"]["recovery"].get<std::string>().find("params is not an object") != std::string::npos);
+    CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  }
 }
