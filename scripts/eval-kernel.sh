@@ -72,6 +72,13 @@ put_back() {
   for n in "${NAMES[@]}"; do echo "${FOUND[$n]}" > "$P/$n" || true; done
   [ "$(cat "$G")" = "$FOUND_GOV" ] || echo "$FOUND_GOV" > "$G" || true
 }
+# fresh_limits: every CPU's poll limit back to 0 (a governor round trip), so that each cell starts
+# as a guest booted with its value would, not with the limits the previous cell's cap left behind
+# (a CPU that never halts keeps them: docs/tuning.md, "A lower cap that never arrives").
+fresh_limits() {
+  [ "$FOUND_GOV" = haltpoll ] || return 0
+  echo menu > "$G" 2>/dev/null && echo haltpoll > "$G" || echo "$FOUND_GOV" > "$G" || true
+}
 restore() {
   local rc=$?
   stop_daemon
@@ -230,11 +237,13 @@ for round in $(seq 1 "$ROUNDS"); do
         ns=${s#static_}; ns=${ns%_gs}
         echo "$ns" > "$P/guest_halt_poll_ns"
         [ "$s" != "${s%_gs}" ] && echo $((ns / 2)) > "$P/guest_halt_poll_grow_start"
+        fresh_limits
         echo "eval-kernel: round $round, guest_halt_poll_ns=$ns grow_start=$(cat "$P/guest_halt_poll_grow_start")" >&2
         for load in $LOADS; do wait_quiet; run_load "$s" "$round" "$load" >> "$OUT/loads.jsonl"; done
         ;;
       *)
         echo "eval-kernel: round $round, haltpolld $s" >&2
+        fresh_limits
         start_daemon "$s" "$s-$round"
         sleep 5  # idle CPUs: the daemon measures the halt-exit penalty
         for load in $LOADS; do

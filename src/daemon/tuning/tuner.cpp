@@ -239,6 +239,10 @@ double Tuner::benefit(const RungMeasurement& r, const RungMeasurement& base) con
   const double penalty_s = penalty_ns_ ? *penalty_ns_ / 1e9 : 0.0;
   double gain = base.wake_rate() > 0 ? r.wake_rate() / base.wake_rate() - 1.0 : 0.0;
   if (gain < params_.closed_loop_min_gain) gain = 0;
+  // Polling can speed a loop up only by catching its remote wake-ups: where the IPI-skipped count
+  // says polling served almost none (a timer's polls end by its own interrupt), a higher wake rate
+  // is the load changing under the sweep (a baseline taken as it started), not a closed loop.
+  if (r.ipi_skipped && r.useful_rate() < 0.1 * r.wake_rate()) gain = 0;
   return penalty_s * r.useful_rate() + gain;
 }
 
@@ -343,7 +347,13 @@ Decision Tuner::finish_sweep(Decision d, std::string prefix) {
     double best = net(base, base);
     for (const auto& r : measured_)
       if (acceptable(r, base)) best = std::max(best, net(r, base));
-    const double slack = std::max(params_.hysteresis * std::abs(best), 0.005);
+    // A near-tie goes to the cheaper rung: a higher one must pay `hysteresis` of the best rung's
+    // own poll CPU more. (Not a share of the best net: a closed loop's net is several CPUs' worth
+    // of work, and 10 % of it hid a pipe 35 % slower at 25000 than at 400000.)
+    const RungMeasurement* best_rung = &base;
+    for (const auto& r : measured_)
+      if (acceptable(r, base) && net(r, base) == best) best_rung = &r;
+    const double slack = std::max(params_.hysteresis * best_rung->poll_cpus(), 0.005);
     for (const auto& r : measured_) {
       if (acceptable(r, base) && net(r, base) >= best - slack) {
         chosen = &r;
@@ -437,12 +447,16 @@ std::optional<std::string> Tuner::load_changed(const RungMeasurement& t) {
     }
   };
   check("wake-ups", t.wake_rate(), s.wake_rate());
-  check("halts", t.halt_rate(), s.halt_rate());
-  // Poll CPU alone: 5 points and the factor (a limit that the governor resets below grow_start
-  // makes a steady load's poll share wander by a third).
+  // Halts only where they are a real share of the wake-ups: at a converged rung a closed loop
+  // halts on 1-2 % of its periods, and that handful moves by half from one tick to the next (the
+  // real pipe: 969/s -> 1549/s at 85k wake-ups/s) without anything having changed.
+  if (std::max(t.halt_rate(), s.halt_rate()) >= 0.05 * std::max(t.wake_rate(), s.wake_rate()))
+    check("halts", t.halt_rate(), s.halt_rate());
+  // Poll CPU alone: 10 points and the factor (a limit that the governor resets below grow_start
+  // makes a steady load's poll share wander by a third; the real pipe's moved 15.3 % -> 9.6 %).
   const double dcpu = std::abs(t.mean_poll_cpu_percent() - s.mean_poll_cpu_percent());
   const double rcpu = factor_between(t.mean_poll_cpu_percent(), s.mean_poll_cpu_percent());
-  if (dcpu > 5 && rcpu > f && what.empty()) {
+  if (dcpu > 10 && rcpu > f && what.empty()) {
     worst = rcpu;
     what = fmt::format("poll CPU {:.1f}% -> {:.1f}%/CPU", s.mean_poll_cpu_percent(), t.mean_poll_cpu_percent());
   }
