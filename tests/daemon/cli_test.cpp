@@ -68,7 +68,9 @@ TEST_CASE("haltpolld --check-config prints the effective config with flag overri
 TEST_CASE("haltpolld starts, logs its effective config and stops cleanly on SIGTERM and SIGINT") {
   auto dir = temp_dir();
   for (int sig : {SIGTERM, SIGINT}) {
-    Subprocess d({HALTPOLLD_BIN, "--config", config, "--foreground", "--socket", dir + "/io.haltpolld"});
+    // --mode observe: the shipped config says kernel and its sysfs_root is the real "/".
+    Subprocess d({HALTPOLLD_BIN, "--config", config, "--foreground", "--mode", "observe", "--socket",
+                  dir + "/io.haltpolld"});
     REQUIRE(d.wait_for_output("effective config", 10s));
     CHECK(d.err().find("\"mode\":\"observe\"") != std::string::npos);
     d.signal(sig);

@@ -40,8 +40,12 @@ std::string dotted(std::string path) {
 }
 }  // namespace
 
-TEST_CASE("the shipped default config parses to the built-in defaults") {
+TEST_CASE("the shipped default config parses to the built-in defaults, but for kernel mode") {
   Config c = haltpolld::load_config_file(HALTPOLL_SOURCE_DIR "/config/haltpolld.json");
+  // The installed service tunes; a daemon started without a config file only observes.
+  CHECK(c.mode == haltpolld::Mode::kernel);
+  CHECK(Config{}.mode == haltpolld::Mode::observe);
+  c.mode = haltpolld::Mode::observe;
   CHECK(c == Config{});
 }
 

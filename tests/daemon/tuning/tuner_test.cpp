@@ -339,7 +339,12 @@ TEST_CASE("histograms: a lower rung predicted to keep the hits is tried, then co
       const double c = static_cast<double>(cap);
       return R(30000 + c * 0.05, 5000 - c * 0.01, 20 + c / 40000, 25);
     };
-    Tuner t(TunerParams{}, 0);
+    // A guest whose grow_start (12500) lets 25000 survive a long period's shrink (a rung below
+    // 2 × grow_start is not a predicted-shrink candidate; a grow_start below the hits' 11 µs would
+    // be the governor's trap, which the replay sees).
+    TunerParams tp;
+    tp.kernel_grow_start_ns = 12500;
+    Tuner t(tp, 0);
     auto tr = drive(t, pipe, 12);
     INFO(tr.log());
     REQUIRE(tr.values.back() == 400000);
@@ -353,17 +358,34 @@ TEST_CASE("histograms: a lower rung predicted to keep the hits is tried, then co
     auto tc = drive(t, pipe, 4, std::nullopt, with_hist);
     INFO(tc.log());
     CHECK(tc.decisions[0].action == Action::shrink);
-    CHECK(tc.decisions[0].guest_halt_poll_ns == 12500);
+    CHECK(tc.decisions[0].guest_halt_poll_ns == 25000);
     CHECK(tc.decisions[0].reason.find("idle-period histogram") != std::string::npos);
     if (holds) {
       CHECK(tc.decisions[1].reason.find("confirmed") != std::string::npos);
-      CHECK(tc.values.back() == 12500);
+      CHECK(tc.values.back() == 25000);
     } else {
       CHECK(tc.decisions[1].action == Action::revert);
       CHECK(tc.values.back() == 400000);
       CHECK(tc.changes_after(2) == 0);  // no second try right away
     }
   }
+}
+
+TEST_CASE("histograms: no predicted shrink to a rung below 2 x grow_start, where one long period resets the limit") {
+  LoadFn pipe = [](std::uint32_t cap, int) {
+    if (cap == 0) return R(15000, 15000, 0, 25);
+    const double c = static_cast<double>(cap);
+    return R(30000 + c * 0.05, 5000 - c * 0.01, 20 + c / 40000, 25);
+  };
+  Tuner t;  // grow_start 50000
+  REQUIRE(drive(t, pipe, 12).values.back() == 400000);
+  IdlePeriodHistograms h;
+  for (int i = 0; i < 98000; ++i) h.poll_hit.record(2000 + (i % 10) * 1000);
+  for (int i = 0; i < 300; ++i) h.poll_halt.record(5'000'000);
+  auto tc = drive(t, pipe, 4, std::nullopt, [&](Observation& o) { o.kernel.periods = h; });
+  INFO(tc.log());
+  for (const auto& d : tc.decisions)
+    if (d.reason.find("idle-period histogram") != std::string::npos) CHECK(d.guest_halt_poll_ns >= 100000);
 }
 
 TEST_CASE("steal above the threshold steps down and blocks growth") {
