@@ -406,6 +406,12 @@ Decision Tuner::continue_sweep(Decision d) {
     for (std::size_t i = 0; i + 1 < measured_.size(); ++i)
       if (acceptable(measured_[i], base) && net(measured_[i], base) > net(*best, base)) best = &measured_[i];
     const bool halts_rare = m.halt_rate() < params_.grow_halts_per_second / 2 || m.halts < 0.01 * m.periods;
+    // Still halting on a tenth of its periods, the rung sits below the load's idle periods (or in
+    // the governor's trap, L < t <= 2L): polling that does not pay here says nothing about the next
+    // rung, which may catch them (the real load_rr at 12500: 7768 halts/s, slower than at 0; at
+    // 25000 it ran 1.6 x faster). Only a rung that catches most periods and still does not pay
+    // ends the climb.
+    const bool halts_frequent = m.halts >= 0.1 * m.periods && m.halt_rate() >= params_.grow_halts_per_second;
     if (params_.policy == Policy::budget && m.max_poll_cpu_percent() > params_.max_poll_cpu_percent) {
       stop = fmt::format("busiest CPU polls {:.1f}% > budget {:.1f}%", m.max_poll_cpu_percent(),
                          params_.max_poll_cpu_percent);
@@ -415,7 +421,7 @@ Decision Tuner::continue_sweep(Decision d) {
       else if (halts_rare && m.wake_rate() < prev.wake_rate() * 1.05)
         stop = "halts rare and the wake rate stopped rising";
     } else if (m.mean_poll_cpu_percent() - best->mean_poll_cpu_percent() >= 2 && net(m, base) <= net(*best, base) &&
-               m.wake_rate() < prev.wake_rate() * (1 + params_.closed_loop_min_gain)) {
+               m.wake_rate() < prev.wake_rate() * (1 + params_.closed_loop_min_gain) && !halts_frequent) {
       // A closed loop that is still speeding up may pay one rung higher (its periods shrink once
       // both sides poll); anything else that polls more without paying is the governor's trap or
       // an open load.
