@@ -369,6 +369,7 @@ Decision Tuner::finish_sweep(Decision d, std::string prefix) {
   swept_ = true;
   ticks_since_sweep_ = 0;
   signature_ = *chosen;
+  signature_steady_ = false;
   const std::uint32_t to = chosen->ns;
   std::string reason = prefix + fmt::format("; sweep done over {} rungs, chose {} ns ({})", measured_.size(), to, how);
   const Action a = to > current_ ? Action::grow : (to < current_ ? Action::shrink : Action::hold);
@@ -478,7 +479,13 @@ Decision Tuner::steady(Decision d, const Observation& obs) {
   RungMeasurement t;
   t.ns = current_;
   t.add(obs.kernel);
-  if (!signature_ || signature_->ns != current_) signature_ = t;
+  // The signature a sweep or a confirmation leaves is a sweep tick's (250 ms, taken while the
+  // limits were still settling); the first steady tick replaces it, so that a bursty load is not
+  // measured against a quarter second of itself (the real pipe in 1 s chunks re-swept 12 times).
+  if (!signature_ || signature_->ns != current_ || !signature_steady_) {
+    signature_ = t;
+    signature_steady_ = true;
+  }
   const RungMeasurement& s = *signature_;
 
   if (params_.policy == Policy::budget && t.max_poll_cpu_percent() > params_.max_poll_cpu_percent &&
@@ -598,11 +605,13 @@ Decision Tuner::decide(const Observation& obs) {
       if (slower || fewer_hits) {
         shrink_block_ticks_ = params_.resweep_after_ticks;
         signature_ = b;
+        signature_steady_ = false;
         return move(std::move(d), Action::revert, confirm_from_,
                     fmt::format("predicted shrink did not hold: {}; back to {} ns", describe(m, m),
                                            confirm_from_));
       }
       signature_ = m;
+      signature_steady_ = false;
       return move(std::move(d), Action::hold, current_,
                   fmt::format("predicted shrink confirmed by the counters: {}", describe(m, m)));
     }

@@ -196,6 +196,7 @@ class Tuner {
   std::optional<RungMeasurement> at_rung_;  // accumulating at current_
   std::size_t sweep_index_ = 0;             // ladder_ index being measured
   std::optional<RungMeasurement> signature_;  // the converged rung's measurement
+  bool signature_steady_ = false;             // taken on a steady tick (not a sweep's)
   std::optional<RungMeasurement> confirm_before_;
   std::uint32_t confirm_from_ = 0;
   std::uint64_t ticks_since_sweep_ = 0;
