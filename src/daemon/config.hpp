@@ -51,7 +51,7 @@ struct Config {
   struct Tuner {
     Policy policy = Policy::balanced;
     unsigned interval_ms = 1000;
-    unsigned sweep_interval_ms = 250;  // tick interval while the tuner sweeps or confirms (if shorter)
+    unsigned sweep_interval_ms = 250;  // tick interval while the tuner sweeps (if shorter); a confirmation takes a whole interval_ms tick
     std::uint64_t target_wake_latency_ns = 5000;  // latency: halts / wake-ups × penalty
     double max_poll_cpu_percent = 10.0;
     std::uint64_t min_ns = 0;

@@ -335,7 +335,7 @@ std::optional<Observation> Controller::last_observation() const {
 
 bool Controller::searching() const {
   std::lock_guard lock(mu_);
-  return tuner_.phase() != "steady";
+  return tuner_.sweeping();
 }
 
 std::string Controller::cpuidle_status() const {

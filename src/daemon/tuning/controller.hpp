@@ -72,7 +72,7 @@ class Controller {
   std::optional<Observation> last_observation() const;
   // The sensors' words on cpuidle: the states found, or why there are none.
   std::string cpuidle_status() const;
-  // True while the tuner sweeps or confirms a predicted shrink: the daemon then ticks at
+  // True while the tuner sweeps its ladder (not while it confirms a shrink): the daemon then ticks at
   // tuner.sweep_interval_ms.
   bool searching() const;
   void update(const ControllerOptions& options);

@@ -165,6 +165,10 @@ class Tuner {
   std::optional<std::uint32_t> growth_ceiling_ns() const noexcept { return ceiling_; }
   std::vector<std::uint32_t> ladder() const;
   std::string_view phase() const noexcept;
+  // Measuring the ladder's rungs one after another (the daemon then ticks at sweep_interval_ms).
+  // A confirmation of a predicted shrink is not: it is judged on a whole steady tick, like the
+  // signature it is compared with.
+  bool sweeping() const noexcept { return phase_ == Phase::sweep; }
   // The rungs measured by the last (or current) sweep, lowest first.
   const std::vector<RungMeasurement>& sweep_measurements() const noexcept { return measured_; }
   // grow_start to write with cap `ns` (manage_grow_start), else empty.
@@ -184,7 +188,9 @@ class Tuner {
   Decision steady(Decision d, const Observation& obs);
   std::optional<std::size_t> next_rung(std::size_t after) const;
   bool acceptable(const RungMeasurement& r, const RungMeasurement& base) const noexcept;
-  std::optional<std::string> load_changed(const RungMeasurement& now);
+  // A new load at the value in force, against the signature. `at_once_only`: only a change of
+  // twice load_change_factor counts, and the two-tick streak is left alone.
+  std::optional<std::string> load_changed(const RungMeasurement& now, bool at_once_only = false);
   std::string describe(const RungMeasurement& r, const RungMeasurement& base) const;
   std::uint32_t rung_below(std::uint32_t ns) const;
 

@@ -408,6 +408,63 @@ TEST_CASE("a closed loop in the governor's trap at a low rung is climbed past, n
   CHECK(tr.values.back() >= 25000);
 }
 
+TEST_CASE("an open loop's polls end the climb even while it still halts on a tenth of its periods") {
+  // The real 150 us timer in the load-change run (eval-kernel 2026-12-01): at 200000 it polled
+  // 45 % per CPU, caught 90 % of its periods, still halted on 10 %, and skipped almost no IPI; the
+  // climb went on to 400000 before it came back to 0.
+  LoadFn timer = [](std::uint32_t cap, int cpu) {
+    CpuRates r = cpu == 1 ? R(40, 40, 0, 20000) : cap < 100000 ? R(6676, 6676, 0, 140) : R(6700, 700, 45.5, 100);
+    r.ipi = cap == 0 ? 0 : 4;
+    return r;
+  };
+  Tuner t;
+  auto tr = drive(t, timer, 10, 20000.0);
+  INFO(tr.log());
+  for (auto v : tr.values) CHECK(v <= 200000);
+  CHECK(tr.values.back() == 0);
+  CHECK(tr.changes_after(3) == 0);
+}
+
+TEST_CASE("a load that changes as its sweep ends is a load change, not the signature") {
+  Tuner t;
+  // Converge on the database client; stop at the tick whose decision ends the sweep.
+  bool done = false;
+  for (int i = 0; i < 20 && !done; ++i)
+    done = t.decide(synth(t.current_ns(), db_client)).reason.find("sweep done") != std::string::npos;
+  REQUIRE(done);
+  REQUIRE(t.current_ns() >= 50000);
+  // The timer arrives on the very next tick, the first steady one, which replaces the sweep's
+  // signature: the change must still be seen.
+  auto tt = drive(t, timer150, 8, 20000.0);
+  INFO(tt.log());
+  CHECK(tt.decisions[0].reason.find("load changed") != std::string::npos);
+  CHECK(tt.values.back() == 0);
+}
+
+TEST_CASE("a predicted shrink is confirmed at the daemon's whole tick, not at the sweep's pace") {
+  LoadFn pipe = [](std::uint32_t cap, int) {
+    if (cap == 0) return R(15000, 15000, 0, 25);
+    const double c = static_cast<double>(cap);
+    return R(30000 + c * 0.05, 5000 - c * 0.01, 20 + c / 40000, 25);
+  };
+  Tuner t;
+  auto tr = drive(t, pipe, 2);
+  CHECK(t.sweeping());  // the daemon ticks at sweep_interval_ms
+  tr = drive(t, pipe, 10);
+  REQUIRE(tr.values.back() == 400000);
+  REQUIRE(!t.sweeping());
+  IdlePeriodHistograms h;
+  for (int i = 0; i < 98000; ++i) h.poll_hit.record(2000 + (i % 10) * 1000);
+  for (int i = 0; i < 300; ++i) h.poll_halt.record(5'000'000);
+  auto tc = drive(t, pipe, 1, std::nullopt, [&](Observation& o) { o.kernel.periods = h; });
+  INFO(tc.log());
+  REQUIRE(tc.decisions[0].reason.find("idle-period histogram") != std::string::npos);
+  CHECK(t.phase() == "confirm");
+  // A quarter second of a bursty load's gap would read as a slower loop and revert the shrink
+  // (the real pipe in 0.13 s chunks: 12838 wake-ups/s on a 250 ms confirmation tick).
+  CHECK(!t.sweeping());
+}
+
 TEST_CASE("steal above the threshold steps down and blocks growth") {
   Tuner t(TunerParams{}, 200000);
   Observation o = synth(200000, db_client);
