@@ -19,6 +19,7 @@ for r in rows:
         settings.append(r["setting"])
 statics = [s for s in settings if s.startswith("static_") and not s.endswith("_gs")]
 METRIC = {"pipe": ("us_per_op", "us/op", min), "rr": ("throughput_per_s", "round trips/s", max),
+          "db": ("throughput_per_s", "round trips/s", max),
           "timer": ("late_p50_us", "lateness p50 us", min), "poisson": ("rtt_p50_us", "RTT p50 us", min),
           "idle": (None, "", None)}
 
@@ -69,7 +70,7 @@ def meets(load, s):
         b, _ = best_static(load)
         ok = m is not None and b and m <= 1.15 * b
         return ok, f"{fmt(m)} us/op = {fmt(m / b if m and b else None)} x best static"
-    if load == "rr":
+    if load in ("rr", "db"):
         b, bs = best_static(load)
         bpoll = summary["loads"][load][bs]["poll_cpu_percent_per_cpu"] if bs else None
         ok = m is not None and b and m >= 0.95 * b and poll is not None and poll <= bpoll + 2

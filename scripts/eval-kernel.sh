@@ -4,8 +4,10 @@
 # 1. The static ladder (guest_halt_poll_ns = 0 ... 400000) and haltpolld's balanced, budget and
 #    latency policies (the daemon in kernel mode, its own state directory and socket under a
 #    temporary directory), each on `perf bench sched pipe`, bench_load_rr (closed-loop
-#    request/response), the 150 µs timer, Poisson 2000/s and the idle guest; ROUNDS interleaved
-#    rounds. Poll CPU is the POLL-state residency per CPU over each run.
+#    request/response: `rr` a fast RPC, 20 µs of server work and 10 µs of client think time; `db`
+#    shaped like the real guest's database client, 60 µs each, whose idle periods need a cap of
+#    100 µs where the pipe needs 30 and the timer at most 50), the 150 µs timer, Poisson 2000/s
+#    and the idle guest; ROUNDS interleaved rounds. Poll CPU is the POLL-state residency per CPU over each run.
 # 2. One load-change run under balanced: pipe → timer → load_rr → idle, CHANGE_SECONDS each, in
 #    1 s chunks, with the daemon's value, the poll CPU and the load's latency per chunk, and the
 #    daemon's decisions; drawn as a PNG with gnuplot.
@@ -19,7 +21,7 @@
 #   out_dir    where results go (default <build_dir>/eval-kernel)
 # Env: ROUNDS (2), PIPE_LOOPS (50000), LOAD_SECONDS (3), WARM_SECONDS (8: the daemon's time to
 #      settle on a load before it is measured), CHANGE_SECONDS (20), SETTINGS (all), LOADS (all),
-#      SKIP_CHANGE=1, SKIP_KILL=1, RR_ARGS ("-w 20 -t 10").
+#      SKIP_CHANGE=1, SKIP_KILL=1, RR_ARGS ("-w 20 -t 10"), DB_ARGS ("-w 60 -t 60").
 # Needs root, perf (linux-perf) for the pipe, python3, gnuplot for the plot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,9 +33,10 @@ LOAD_SECONDS="${LOAD_SECONDS:-3}"
 WARM_SECONDS="${WARM_SECONDS:-8}"
 CHANGE_SECONDS="${CHANGE_SECONDS:-20}"
 RR_ARGS="${RR_ARGS:--w 20 -t 10}"
+DB_ARGS="${DB_ARGS:--w 60 -t 60}"
 # static_<ns>_gs: the cap with guest_halt_poll_grow_start = ns / 2 (does a small cap keep polling?).
 SETTINGS="${SETTINGS:-static_0 static_10000 static_20000 static_30000 static_50000 static_100000 static_200000 static_400000 static_20000_gs static_30000_gs balanced budget latency}"
-LOADS="${LOADS:-pipe rr timer poisson idle}"
+LOADS="${LOADS:-pipe rr db timer poisson idle}"
 P=/sys/module/haltpoll/parameters
 NAMES=(guest_halt_poll_ns guest_halt_poll_grow guest_halt_poll_grow_start guest_halt_poll_shrink
        guest_halt_poll_allow_shrink)
@@ -184,6 +187,7 @@ load_cmd() {
   case $1 in
     pipe) echo "perf bench sched pipe -l ${3:-$PIPE_LOOPS}" ;;
     rr) echo "$B/bench_load_rr -d $2 $RR_ARGS" ;;
+    db) echo "$B/bench_load_rr -d $2 $DB_ARGS" ;;
     timer) echo "$B/bench_load_timer -p 150 -d $2" ;;
     poisson) echo "$B/bench_load_poisson -r 2000 -d $2" ;;
     idle) echo "sleep $2" ;;

@@ -9,8 +9,9 @@
 // the remote wake-ups that skipped the IPI and the idle-period histograms. A setting's value is
 //   benefit = penalty × (wake-ups it served without a halt exit: IPI-skipped when counted, else
 //             poll hits) + the closed loop's gain (its wake rate over the one at the ladder's
-//             bottom, minus 1, counted as that many CPUs' worth of work: a loop twice as fast did
-//             one CPU-second more per second)
+//             bottom, minus 1, times the CPUs the load wakes on: a loop twice as fast did one
+//             CPU-second more per second on each of its CPUs, the same units as the cost, which
+//             sums the poll time of every CPU)
 //   cost    = the poll time of all CPUs (CPU-seconds per second)
 // with `penalty` the halt-exit penalty the controller measured on this guest (Observation::
 // halt_exit_penalty_ns; until it is measured, only the closed-loop term counts).
@@ -113,7 +114,7 @@ struct RungMeasurement {
   double periods = 0, halts = 0, hits = 0, halt_ns = 0, poll_ns = 0;
   std::optional<double> ipi_skipped;
   double max_cpu_time = 0;  // per-tick busiest CPU's poll %, × elapsed_ns
-  std::vector<double> cpu_halts, cpu_halt_ns;  // per CPU, in KernelSignals::cpus order
+  std::vector<double> cpu_halts, cpu_halt_ns, cpu_periods;  // per CPU, in KernelSignals::cpus order
 
   void add(const KernelSignals& k);
   double per_s(double v) const noexcept { return elapsed_ns ? v * 1e9 / static_cast<double>(elapsed_ns) : 0; }
@@ -129,6 +130,9 @@ struct RungMeasurement {
   // Mean halt residency of the CPUs that halt often (a quiet CPU's long halts say nothing about
   // the load's idle periods): the shortest per-CPU mean among CPUs with ≥ 10 % of the halts.
   double mean_halt_ns() const noexcept;
+  // The CPUs the load wakes on: those with ≥ 10 % of the idle periods (at least 1). A quiet CPU's
+  // housekeeping wake-ups are not part of a loop.
+  std::uint32_t load_cpus() const noexcept;
 };
 
 // What the steady-state haltpoll model predicts for one cap over an idle-period distribution:

@@ -465,6 +465,23 @@ TEST_CASE("a predicted shrink is confirmed at the daemon's whole tick, not at th
   CHECK(!t.sweeping());
 }
 
+TEST_CASE("a closed loop over two CPUs is credited its speed-up on both") {
+  // eval-kernel's `db` load (bench_load_rr -w 60 -t 60) on the real guest: client and server on
+  // one CPU each, ~9000 wake-ups/s per CPU at 0, the trap at 50000, 1.33 x the wake rate from
+  // 100000 on at 45 % poll CPU per CPU. Its gain counted once (0.33) plus 18000 IPI-skipped/s at
+  // 28.7 us (0.52) fell short of the 0.9 CPU-s/s of polling and the sweep chose 0.
+  LoadFn db = [](std::uint32_t cap, int) {
+    CpuRates r = cap == 0 ? R(9000, 9000, 0, 80) : cap < 100000 ? R(8000, 4000, 23, 60) : R(12000, 20, 45, 20);
+    r.ipi = cap == 0 ? 200 : cap < 100000 ? 4000 : 9000;
+    return r;
+  };
+  Tuner t;
+  auto tr = drive(t, db, 12, 28700.0);
+  INFO(tr.log());
+  CHECK(tr.values.back() >= 100000);
+  CHECK(tr.changes_after(8) == 0);
+}
+
 TEST_CASE("steal above the threshold steps down and blocks growth") {
   Tuner t(TunerParams{}, 200000);
   Observation o = synth(200000, db_client);
