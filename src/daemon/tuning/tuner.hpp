@@ -78,8 +78,9 @@ struct TunerParams {
   double closed_loop_min_gain = 0.15;
   // Signature change that counts as a new load: a factor on the wake or halt rate (above an
   // absolute 300/s), or on poll CPU (above 5 points); twice the factor acts at once, else it must
-  // show on two ticks in a row.
-  double load_change_factor = 1.5;
+  // show on two ticks in a row. 2: a pipe restarted in chunks moved 1.5 x on two ticks without
+  // changing (eval-kernel 2026-12-01); the switches between the evaluation's loads move ≥ 2.7 x.
+  double load_change_factor = 2.0;
   // A steady load with frequent halts is swept again after this many ticks (10 min at 1 s).
   std::uint32_t resweep_after_ticks = 600;
   // Near-ties between rungs go to the lower one: within this share of the best net benefit.
@@ -180,6 +181,8 @@ class Tuner {
 
   // The value of a rung under the current penalty (for the reason strings and tests).
   double benefit(const RungMeasurement& r, const RungMeasurement& base) const noexcept;
+  // The closed-loop part of the benefit: the wake-rate rise over the baseline, per load CPU.
+  double closed_loop_gain(const RungMeasurement& r, const RungMeasurement& base) const noexcept;
   double net(const RungMeasurement& r, const RungMeasurement& base) const noexcept;
 
  private:

@@ -482,6 +482,24 @@ TEST_CASE("a closed loop over two CPUs is credited its speed-up on both") {
   CHECK(tr.changes_after(8) == 0);
 }
 
+TEST_CASE("a closed loop's near-equal rungs go to the one that halts on a smaller share of its periods") {
+  // The real pipe's sweep (eval-kernel 2026-12-01, 250 ms ticks of a pipe restarted in chunks):
+  // 25000 measured 7 % more wake-ups than 400000 on its tick, with 7 x the halts, and then ran
+  // 1.3 x slower than 100000 in steady state.
+  LoadFn pipe = [](std::uint32_t cap, int) {
+    CpuRates r = cap == 0 ? R(15600, 15600, 0, 30) : cap < 50000 ? R(94275, 520, 16.5, 20) : R(87713, 76, 19.3, 20);
+    r.ipi = cap == 0 ? 76 : cap < 50000 ? 95081 : 84579;
+    return r;
+  };
+  Tuner t;
+  auto tr = drive(t, pipe, 10, 55300.0);
+  INFO(tr.log());
+  CHECK(tr.values.back() >= 50000);
+  bool said = false;
+  for (const auto& d : tr.decisions) said = said || d.reason.find("of its periods halt against") != std::string::npos;
+  CHECK(said);
+}
+
 TEST_CASE("steal above the threshold steps down and blocks growth") {
   Tuner t(TunerParams{}, 200000);
   Observation o = synth(200000, db_client);
