@@ -72,9 +72,25 @@ stop_daemon() {
     DAEMON_PID=""
   fi
 }
+# The idle cells of the daemon's policies count its eBPF programs' run time (kernel.bpf_stats_enabled
+# for the cell only: it adds two clock reads to every run), found value put back.
+BPF_STATS=/proc/sys/kernel/bpf_stats_enabled
+FOUND_BPF_STATS="$(cat "$BPF_STATS" 2>/dev/null || echo "")"
 put_back() {
   for n in "${NAMES[@]}"; do echo "${FOUND[$n]}" > "$P/$n" || true; done
   [ "$(cat "$G")" = "$FOUND_GOV" ] || echo "$FOUND_GOV" > "$G" || true
+  [ -z "$FOUND_BPF_STATS" ] || echo "$FOUND_BPF_STATS" > "$BPF_STATS" || true
+}
+# Summed run time (ns) of haltpolld's eBPF programs (src/bpf/idle_trace.bpf.c), 0 without stats.
+bpf_run_ns() {
+  bpftool -j prog show 2>/dev/null | python3 -c '
+import json, sys
+names = {"cpu_idle_btf", "cpu_idle_raw", "limit_btf", "limit_raw", "ipi_btf", "ipi_raw"}
+try:
+    progs = json.load(sys.stdin)
+except ValueError:
+    progs = []
+print(sum(p.get("run_time_ns", 0) for p in progs if p.get("name") in names))' 2>/dev/null || echo 0
 }
 # fresh_limits: every CPU's poll limit back to 0 (a governor round trip), so that each cell starts
 # as a guest booted with its value would, not with the limits the previous cell's cap left behind
@@ -199,13 +215,17 @@ load_cmd() {
 # busiest), the value in force before and after, the daemon's CPU.
 run_load() {
   local setting=$1 round=$2 load=$3
-  local p0 p1 t0 t1 v0 v1 c0 c1 i0 i1 out
+  local p0 p1 t0 t1 v0 v1 c0 c1 i0 i1 out b0=0 b1=0 stats=0
+  if [ "$load" = idle ] && [ -n "$DAEMON_PID" ] && [ -n "$FOUND_BPF_STATS" ]; then
+    echo 1 > "$BPF_STATS" && stats=1 && b0=$(bpf_run_ns)
+  fi
   v0=$(cat "$P/guest_halt_poll_ns"); c0=$(daemon_cpu_ns); p0=$(poll_us); i0=$(idle_jiffies); t0=$(now_ns)
   out="$($(load_cmd "$load" "$LOAD_SECONDS") 2>/dev/null | tail -n 5 || true)"
   t1=$(now_ns); i1=$(idle_jiffies); p1=$(poll_us); c1=$(daemon_cpu_ns); v1=$(cat "$P/guest_halt_poll_ns")
-  python3 - "$setting" "$round" "$load" "$out" "$p0" "$p1" "$t0" "$t1" "$v0" "$v1" "$c0" "$c1" "$HZ" "$i0" "$i1" "$NCPU" <<'PY'
+  if [ $stats = 1 ]; then b1=$(bpf_run_ns); echo "$FOUND_BPF_STATS" > "$BPF_STATS"; fi
+  python3 - "$setting" "$round" "$load" "$out" "$p0" "$p1" "$t0" "$t1" "$v0" "$v1" "$c0" "$c1" "$HZ" "$i0" "$i1" "$NCPU" "$stats" "$b0" "$b1" <<'PY'
 import json, re, sys
-setting, rnd, load, out, p0, p1, t0, t1, v0, v1, c0, c1, hz, i0, i1, ncpu = sys.argv[1:]
+setting, rnd, load, out, p0, p1, t0, t1, v0, v1, c0, c1, hz, i0, i1, ncpu, stats, b0, b1 = sys.argv[1:]
 secs = (int(t1) - int(t0)) / 1e9
 row = {"setting": setting, "round": int(rnd), "load": load, "seconds": round(secs, 3),
        "value_before": int(v0), "value_after": int(v1),
@@ -221,6 +241,8 @@ row["poll_cpu_percent_per_cpu"] = round(sum(per) / len(per), 3) if per else None
 row["poll_cpu_percent_busiest"] = round(max(per), 3) if per else None
 if setting in ("balanced", "budget", "latency"):
     row["daemon_cpu_percent_of_one_cpu"] = round((int(c1) - int(c0)) / 1e9 / secs * 100, 3)
+if stats == "1":
+    row["bpf_cpu_percent_of_one_cpu"] = round((int(b1) - int(b0)) / 1e9 / secs * 100, 4)
 print(json.dumps(row))
 PY
 }
