@@ -340,24 +340,23 @@ Decision Tuner::finish_sweep(Decision d, std::string prefix) {
   const RungMeasurement* chosen = &base;
   std::string how;
   if (params_.policy == Policy::latency) {
-    auto lat = [&](const RungMeasurement& r) { return r.periods > 0 ? r.halts / r.periods : 1.0; };
     if (penalty_ns_) {
       const RungMeasurement* best = &base;
       for (const auto& r : measured_) {
-        if (lat(r) * *penalty_ns_ <= params_.target_wake_latency_ns) {
+        if (r.halt_share() * *penalty_ns_ <= params_.target_wake_latency_ns) {
           best = &r;
           break;
         }
-        if (lat(r) < lat(*best)) best = &r;
+        if (r.halt_share() < best->halt_share()) best = &r;
       }
       chosen = best;
       how = fmt::format("latency: halt-exit wait {} per wake-up (target {}, penalty {})",
-                        fmt_ns(lat(*chosen) * *penalty_ns_), fmt_ns(params_.target_wake_latency_ns),
+                        fmt_ns(chosen->halt_share() * *penalty_ns_), fmt_ns(params_.target_wake_latency_ns),
                         fmt_ns(*penalty_ns_));
     } else {
       for (const auto& r : measured_)
-        if (lat(r) < lat(*chosen) * 0.9) chosen = &r;
-      how = fmt::format("latency: no measured penalty yet, fewest halts per wake-up ({:.1f}%)", 100 * lat(*chosen));
+        if (r.halt_share() < chosen->halt_share() * 0.9) chosen = &r;
+      how = fmt::format("latency: no measured penalty yet, fewest halts per wake-up ({:.1f}%)", 100 * chosen->halt_share());
     }
   } else {
     double best = net(base, base);
@@ -384,18 +383,17 @@ Decision Tuner::finish_sweep(Decision d, std::string prefix) {
     // the loop < 0.3 us per wake-up at a 55 us penalty). The real pipe chose 25000 on its tick
     // (4.3 % of its wake-ups halting, against 0.35 % at 50000) and ran 12.1 us/op against 7.5-9.3
     // at 100000. The histogram's predicted shrinks then look for less poll CPU from there.
-    auto halt_share = [](const RungMeasurement& m) { return m.periods > 0 ? m.halts / m.periods : 1.0; };
-    std::string sturdier;
+    std::string fewer_halts;
     if (closed_loop_gain(*chosen, base) > 0) {
-      double fewest = halt_share(*chosen);
+      double fewest = chosen->halt_share();
       for (const auto& r : measured_)
-        if (acceptable(r, base) && closed_loop_gain(r, base) > 0) fewest = std::min(fewest, halt_share(r));
+        if (acceptable(r, base) && closed_loop_gain(r, base) > 0) fewest = std::min(fewest, r.halt_share());
       const double limit = std::max(2 * fewest, 0.005);
-      if (halt_share(*chosen) > limit) {
+      if (chosen->halt_share() > limit) {
         for (const auto& r : measured_) {
-          if (!acceptable(r, base) || closed_loop_gain(r, base) <= 0 || halt_share(r) > limit) continue;
-          sturdier = fmt::format("; {} ns instead of {} ns: a closed loop, {:.2f}% of its wake-ups halt against {:.2f}%",
-                                 r.ns, chosen->ns, 100 * halt_share(r), 100 * halt_share(*chosen));
+          if (!acceptable(r, base) || closed_loop_gain(r, base) <= 0 || r.halt_share() > limit) continue;
+          fewer_halts = fmt::format("; {} ns instead of {} ns: a closed loop, {:.2f}% of its wake-ups halt against {:.2f}%",
+                                 r.ns, chosen->ns, 100 * r.halt_share(), 100 * chosen->halt_share());
           chosen = &r;
           break;
         }
@@ -405,7 +403,7 @@ Decision Tuner::finish_sweep(Decision d, std::string prefix) {
                       net(*chosen, base), best, params_.max_poll_cpu_percent,
                       penalty_ns_ ? fmt::format(", penalty {}", fmt_ns(*penalty_ns_))
                                   : std::string(", penalty not measured yet: closed-loop gain only"),
-                      sturdier);
+                      fewer_halts);
   }
   phase_ = Phase::steady;
   swept_ = true;

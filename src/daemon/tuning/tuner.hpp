@@ -120,6 +120,8 @@ struct RungMeasurement {
   void add(const KernelSignals& k);
   double per_s(double v) const noexcept { return elapsed_ns ? v * 1e9 / static_cast<double>(elapsed_ns) : 0; }
   double wake_rate() const noexcept { return per_s(periods); }
+  // The share of the idle periods that ended in a halt (1 when there were none).
+  double halt_share() const noexcept { return periods > 0 ? halts / periods : 1.0; }
   double halt_rate() const noexcept { return per_s(halts); }
   // Wake-ups served without a halt exit: IPI-skipped when counted, else poll hits.
   double useful_rate() const noexcept { return per_s(ipi_skipped ? *ipi_skipped : hits); }
