@@ -201,12 +201,19 @@ TEST_CASE("the counts agree with perf stat over the same interval", "[bpf]") {
   // (-A): on the dev guest perf counts no power:cpu_idle event of CPU1 at all, wherever perf runs,
   // while the program and cpuidle's usage see CPU1's periods (docs/kernel-signals.md, "perf and
   // power:cpu_idle"); a CPU that perf does not see is reported, the others compared.
-  const auto a = t->read();
-  const auto r = testsupport::run({perf, "stat", "-a", "-A", "-x,", "-o", out, "-e", "power:cpu_idle", "--filter",
-                                   "state != 4294967295", "-e", "sched:sched_wake_idle_without_ipi", "--", perf,
-                                   "bench", "sched", "pipe", "-l", "20000"},
-                                  {}, std::chrono::seconds(60));
-  const auto b = t->read();
+  // Both CPUs kept busy by other work for the whole run (a loaded machine) leave no idle period to
+  // compare: such a run is taken again, up to three times, and only then is that a failure.
+  haltpolld::IdleTraceSnapshot a, b;
+  testsupport::RunResult r;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    a = t->read();
+    r = testsupport::run({perf, "stat", "-a", "-A", "-x,", "-o", out, "-e", "power:cpu_idle", "--filter",
+                          "state != 4294967295", "-e", "sched:sched_wake_idle_without_ipi", "--", perf, "bench",
+                          "sched", "pipe", "-l", "20000"},
+                         {}, std::chrono::seconds(60));
+    b = t->read();
+    if (r.code != 0 || b.total().minus(a.total()).idle_entries > 0) break;
+  }
   INFO("perf: " << r.err);
   REQUIRE(r.code == 0);
   const std::size_t ncpu = t->possible_cpus();
