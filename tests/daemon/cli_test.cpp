@@ -68,13 +68,15 @@ TEST_CASE("haltpolld --check-config prints the effective config with flag overri
 TEST_CASE("haltpolld starts, logs its effective config and stops cleanly on SIGTERM and SIGINT") {
   auto dir = temp_dir();
   for (int sig : {SIGTERM, SIGINT}) {
-    // --mode observe: the shipped config says kernel and its sysfs_root is the real "/".
+    // --mode observe: the shipped config says kernel. --sysfs-root: its real "/" is locked by any
+    // haltpolld running on this machine (an installed one, another test), which refuses this one.
+    std::filesystem::create_directories(dir + "/sysfs");
     Subprocess d({HALTPOLLD_BIN, "--config", config, "--foreground", "--mode", "observe", "--socket",
-                  dir + "/io.haltpolld"});
-    REQUIRE(d.wait_for_output("effective config", 10s));
+                  dir + "/io.haltpolld", "--sysfs-root", dir + "/sysfs"});
+    REQUIRE(d.wait_for_output("effective config", 30s));
     CHECK(d.err().find("\"mode\":\"observe\"") != std::string::npos);
     d.signal(sig);
-    CHECK(d.wait(10s) == 0);
+    CHECK(d.wait(30s) == 0);
     CHECK(d.err().find("stopped") != std::string::npos);
   }
   std::filesystem::remove_all(dir);

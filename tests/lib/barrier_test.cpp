@@ -173,11 +173,13 @@ TEMPLATE_TEST_CASE("barrier: a mocked clock that sets the flag makes the wait su
   for (bool acquire : {false, true}) {
     CAPTURE(acquire);
     std::atomic<W> word{0};
-    std::int64_t start = 0;
+    // Synthetic time, 1/16 of the timeout per reading: with the real clock, a preemption between
+    // two readings (a few ms on a loaded machine) jumped past the deadline in one step, and the
+    // wait ended on the reading that set the flag, before a load could see it.
+    SyntheticClock clock{kTimeout / 16};
     auto setter = [&]() noexcept {
-      const std::int64_t now = haltpoll::monotonic_ns();
-      if (start == 0) start = now;
-      if (now - start >= kTimeout / 2) word.store(1, std::memory_order_relaxed);
+      const std::int64_t now = clock();
+      if (now - clock.first >= kTimeout / 2) word.store(1, std::memory_order_relaxed);
       return now;
     };
     auto is_set = [](W v) { return v == 1; };

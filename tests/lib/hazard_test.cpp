@@ -95,14 +95,22 @@ TEST_CASE("synchronize waits for a slow reader and sleeps meanwhile", "[hazard]"
   Node node(7);
   std::atomic<bool> holding{false};
   std::atomic<bool> leaving{false};
+  const auto sleeps_before = hazard_stats().synchronize_sleeps;
+  // The reader stays until the writer has slept (or 30 s have passed, which fails the check on
+  // synchronize_sleeps below): a fixed 200 ms hold ended before synchronize began whenever this
+  // thread was preempted that long after wait_until(), and the writer then had nothing to wait for.
   std::thread reader([&] {
     HazardGuard guard(&node);
     holding.store(true, std::memory_order_release);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const auto give_up = Clock::now() + std::chrono::seconds(30);
+    while (hazard_stats().synchronize_sleeps == sleeps_before && Clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    // Held a little longer: a writer that returned after a sleep, guard still held, sees `leaving` false.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     leaving.store(true, std::memory_order_release);
   });
   wait_until(holding);
-  const auto sleeps_before = hazard_stats().synchronize_sleeps;
   const auto start = Clock::now();
   timespec cpu_start{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu_start);
@@ -115,7 +123,8 @@ TEST_CASE("synchronize waits for a slow reader and sleeps meanwhile", "[hazard]"
   INFO("synchronize waited " << waited_ms << " ms and used " << cpu_ms << " ms of CPU");
   // It returned only after the reader had started leaving its guard section.
   CHECK(leaving.load(std::memory_order_acquire));
-  // A 200 ms reader outlasts the spin and yield phases by far, so the writer must have slept.
+  // The reader outlasts the spin and yield phases until the writer sleeps: a writer that never
+  // slept waited out the reader's 30 s and fails here.
   CHECK(hazard_stats().synchronize_sleeps > sleeps_before);
   reader.join();
   CHECK_FALSE(hazard_is_protected(&node));

@@ -12,7 +12,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -37,9 +39,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// The deadline only bounds a failing run: qemu-user at -O0 on a loaded CI machine is 10-50x slower
+// than this machine, and a passing run returns as soon as the condition holds.
 template <class Pred>
 bool eventually(Pred pred) {
-  auto deadline = std::chrono::steady_clock::now() + 10s;
+  auto deadline = std::chrono::steady_clock::now() + 60s;
   while (!pred()) {
     if (std::chrono::steady_clock::now() > deadline) return pred();
     std::this_thread::sleep_for(100us);
@@ -49,6 +53,44 @@ bool eventually(Pred pred) {
 
 std::vector<int> my_cpus() { return haltpoll::affinity_cpus(); }
 
+// tasks_run is bumped after the task returns: a task's own side effect (a flag, a count) can be
+// seen before its worker has counted it.
+std::uint64_t total_tasks_run(const WorkerPool& pool) {
+  std::uint64_t n = 0;
+  for (const auto& s : pool.all_stats()) n += s.tasks_run;
+  return n;
+}
+
+// Polling or parked: the worker has done the bookkeeping of its last wake, which follows tasks_run.
+bool idle_again(const WorkerStats& s) {
+  return s.state == haltpoll::WorkerState::polling || s.state == haltpoll::WorkerState::parked;
+}
+
+// Whether thread `tid` of this process is asleep in the kernel, as /proc reports it (S or D).
+bool thread_asleep(pid_t tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/stat");
+  const std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto paren = stat.rfind(')');  // the name in parentheses may contain spaces
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  return stat[paren + 2] == 'S' || stat[paren + 2] == 'D';
+}
+
+// Waits until thread `tid` has been asleep for `hold` without a break: blocked for good (in a
+// join), not for a moment on a lock (the emulator's own locks under qemu-user, TSan's).
+bool eventually_blocked(pid_t tid, std::chrono::milliseconds hold = 100ms) {
+  auto since = std::chrono::steady_clock::now();
+  return eventually([&] {
+    const auto now = std::chrono::steady_clock::now();
+    if (!thread_asleep(tid)) {
+      since = now;
+      return false;
+    }
+    if (now - since >= hold) return true;
+    std::this_thread::sleep_for(1ms);
+    return false;
+  });
+}
+
 // n empty tasks, each submitted once the worker is parked again (a window-0 pool): every one
 // goes through the futex.
 void submit_each_to_a_parked_worker(WorkerPool& pool, int cpu, int n) {
@@ -57,6 +99,9 @@ void submit_each_to_a_parked_worker(WorkerPool& pool, int cpu, int n) {
     CHECK(pool.submit(cpu, [] {}) == SubmitOutcome::woke_parked);
     REQUIRE(eventually([&] { return pool.stats(cpu).tasks_run == static_cast<std::uint64_t>(i + 1); }));
   }
+  // Parked again: the bookkeeping of the last wake (idle period, park_wakes, miss cost) comes
+  // after tasks_run and is done only now.
+  REQUIRE(eventually([&] { return pool.stats(cpu).state == haltpoll::WorkerState::parked; }));
 }
 
 }  // namespace
@@ -244,6 +289,8 @@ TEST_CASE("pool: a ping-pong between two workers travels in their inline slots",
   };
   hop(hops);
   REQUIRE(eventually([&] { return done.load() == 1; }));
+  // The last hop has set `done`; its worker counts it right after.
+  REQUIRE(eventually([&] { return total_tasks_run(pool) == hops; }));
   std::uint64_t run = 0, slot = 0;
   for (const auto& s : pool.all_stats()) {
     run += s.tasks_run;
@@ -260,9 +307,8 @@ TEST_CASE("pool: submit without a CPU picks a worker", "[pool]") {
   std::atomic<int> ran{0};
   for (int i = 0; i < 100; ++i) CHECK(pool.submit([&] { ran.fetch_add(1); }) != SubmitOutcome::rejected);
   CHECK(eventually([&] { return ran.load() == 100; }));
-  std::uint64_t total = 0;
-  for (const auto& s : pool.all_stats()) total += s.tasks_run;
-  CHECK(total == 100);
+  // Each task counts in `ran` before its worker counts it in tasks_run: wait for the workers' count.
+  CHECK(eventually([&] { return total_tasks_run(pool) == 100; }));
 }
 
 TEST_CASE("pool: shutdown(drain) runs every accepted task, then rejects", "[pool]") {
@@ -433,16 +479,21 @@ TEST_CASE("pool: shutdown(cancel) finishes the running task and destroys the que
   for (int i = 0; i < queued; ++i) {
     pool.submit(cpu, [&ran, d = destroyed] { ran.fetch_add(1); });
   }
-  std::thread stopper([&] { pool.shutdown(ShutdownMode::cancel); });
-  // shutdown() rejects new work first; the cancel flag is stored right after (it only waits for
-  // submitters in flight, and there are none), so give it ample time before releasing the task.
+  std::atomic<pid_t> stopper_tid{0};
+  std::thread stopper([&] {
+    stopper_tid.store(gettid());
+    pool.shutdown(ShutdownMode::cancel);
+  });
   int probes = 0;
   REQUIRE(eventually([&] {
     if (pool.submit(cpu, [] {}) == SubmitOutcome::rejected) return true;
     ++probes;
     return false;
   }));
-  std::this_thread::sleep_for(200ms);
+  // shutdown() rejects new work, stores the cancel flag, then blocks joining the worker; released
+  // earlier (a fixed pause was too short for a preempted stopper), the task would let the worker
+  // run the queue.
+  REQUIRE(eventually_blocked(stopper_tid.load()));
   release.store(true);
   stopper.join();
   CHECK(ran.load() == 0);
@@ -473,9 +524,13 @@ TEST_CASE("pool: shutdown(cancel) destroys a task queued in the inline slot", "[
   REQUIRE(eventually([&] { return second_started.load(); }));
   auto destroyed = std::make_shared<int>(0);
   REQUIRE(pool.submit(cpu, [&ran, d = destroyed] { ran.fetch_add(1); }) == SubmitOutcome::queued);
-  std::thread stopper([&] { pool.shutdown(ShutdownMode::cancel); });
+  std::atomic<pid_t> stopper_tid{0};
+  std::thread stopper([&] {
+    stopper_tid.store(gettid());
+    pool.shutdown(ShutdownMode::cancel);
+  });
   REQUIRE(eventually([&] { return pool.submit(cpu, [] {}) == SubmitOutcome::rejected; }));
-  std::this_thread::sleep_for(200ms);  // the cancel flag is stored right after accepting is cleared
+  REQUIRE(eventually_blocked(stopper_tid.load()));  // past the cancel flag, joining the worker
   second_go.store(true);
   stopper.join();
   CHECK(ran.load() == 0);
@@ -542,6 +597,9 @@ TEST_CASE("pool: the latency histogram samples one task in N, every first task a
       pool.submit(cpu, [] {});
       REQUIRE(eventually([&] { return pool.stats(cpu).tasks_run == static_cast<std::uint64_t>(i + 1); }));
     }
+    // Idle again (polling, or parked once the 200 us default cap ran out): the last wake's idle
+    // period and its hit or miss are counted (after tasks_run).
+    REQUIRE(eventually([&] { return idle_again(pool.stats(cpu)); }));
     const WorkerStats s = pool.stats(cpu);
     CHECK(s.latency_sample_every == 4);
     CHECK(s.tasks_run == 40);  // counters stay exact
@@ -570,7 +628,6 @@ TEST_CASE("pool: poll hits, futex waits and reset_stats", "[pool]") {
     o.policy = "static:0";
     WorkerPool pool(o);
     submit_each_to_a_parked_worker(pool, cpu, 20);
-    REQUIRE(eventually([&] { return pool.stats(cpu).tasks_run == 20; }));
     WorkerStats s = pool.stats(cpu);
     CHECK(s.poll_hits == 0);
     CHECK(s.poll_misses >= 20);
@@ -579,8 +636,6 @@ TEST_CASE("pool: poll hits, futex waits and reset_stats", "[pool]") {
     CHECK(s.park_wakes == 20);  // every wake went through the futex and brought a task
     CHECK(s.park_wake_ns > 0);
     CHECK(s.miss_cost_ns > 0);
-    // Parked again: the bookkeeping of the last wake (miss cost included) is done.
-    REQUIRE(eventually([&] { return pool.stats(cpu).state == haltpoll::WorkerState::parked; }));
     const WorkerStats before = pool.stats(cpu);
     pool.reset_stats();
     s = pool.stats(cpu);
@@ -622,6 +677,8 @@ TEST_CASE("pool: poll hits, futex waits and reset_stats", "[pool]") {
       polling_wakes += outcome == SubmitOutcome::woke_polling;
     }
     REQUIRE(eventually([&] { return pool.stats(cpu).tasks_run == 20; }));
+    // Idle again: the last wake's hit is counted (after tasks_run).
+    REQUIRE(eventually([&] { return idle_again(pool.stats(cpu)); }));
     WorkerStats s = pool.stats(cpu);
     CHECK(s.futex_waits == 0);
     CHECK(s.wakes_without_syscall == static_cast<std::uint64_t>(polling_wakes));

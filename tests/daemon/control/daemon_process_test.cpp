@@ -180,8 +180,8 @@ TEST_CASE("hardening: the stop restores the originals even when clients hold eve
     clients.push_back(std::make_unique<RawClient>(d.socket));
     REQUIRE(clients.back()->connected());
   }
-  CHECK(eventually([&] { return open_fds(pid) >= lim.rlim_cur; }, 10s));
-  CHECK(d.proc->wait_for_output("accept failed", 10s));  // EMFILE: the daemon is out of descriptors
+  CHECK(eventually([&] { return open_fds(pid) >= lim.rlim_cur; }, 30s));
+  CHECK(d.proc->wait_for_output("accept failed", 30s));  // EMFILE: the daemon is out of descriptors
 
   CHECK(d.stop() == 0);
   CAPTURE(d.proc->err());

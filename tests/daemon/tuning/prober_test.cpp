@@ -42,6 +42,11 @@ class FakeExecutor {
     cv_.notify_one();
     return path;
   }
+  // Returns once every task submitted so far has run.
+  void wait_idle() {
+    std::unique_lock l(mu_);
+    idle_cv_.wait(l, [this] { return q_.empty() && !busy_; });
+  }
 
  private:
   void run() {
@@ -51,13 +56,18 @@ class FakeExecutor {
       if (q_.empty() && done_) return;
       auto t = std::move(q_.front());
       q_.pop_front();
+      busy_ = true;
       l.unlock();
       t();
       l.lock();
+      busy_ = false;
+      if (q_.empty()) idle_cv_.notify_all();
     }
   }
   std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable idle_cv_;
+  bool busy_ = false;
   std::deque<std::function<void()>> q_;
   bool done_ = false;
   std::atomic<int> count_{0};
@@ -72,7 +82,9 @@ TEST_CASE("probes are filed by path per CPU") {
   p.start();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   p.stop();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the executor finish its queue
+  // Probes still queued run after stop() and are filed then; totals() and drain() below must see
+  // the same set (a fixed 20 ms pause was not always enough on a loaded sanitizer run).
+  ex.wait_idle();
   auto totals = p.totals();
   REQUIRE(totals.size() == 2);
   std::uint64_t hits = 0, parks = 0, queued = 0, rejected = 0;
