@@ -61,6 +61,9 @@ std::string validate(const TunerParams& p) {
 
 namespace {
 
+// Ticks without steal above the threshold before growth is allowed again.
+constexpr std::uint64_t kStealCooldownTicks = 5;
+
 std::string fmt_ns(double ns) {
   if (ns >= 1e6) return fmt::format("{:.2f} ms", ns / 1e6);
   if (ns >= 1e3) return fmt::format("{:.1f} us", ns / 1e3);
@@ -628,7 +631,12 @@ Decision Tuner::decide(const Observation& obs) {
 
   if (obs.steal_percent && *obs.steal_percent > params_.steal_backoff_percent) {
     // A contended host comes first: polling vCPUs take time from whoever waits for the pCPU.
-    growth_block_ticks_ = params_.resweep_after_ticks / 10 + 1;
+    // Growth stays blocked while the steal lasts and a few ticks after; then the load is swept
+    // again (swept_ = false): on the real guest 2 s of 10-29 % steal, as load_rr started, used to
+    // block growth for 61 ticks, and with the load's first sweep counted as done it ran the whole
+    // cell at 0 (0.52 x its throughput at 200000).
+    growth_block_ticks_ = kStealCooldownTicks;
+    swept_ = false;
     phase_ = Phase::steady;
     signature_.reset();
     return move(std::move(d), Action::shrink, rung_below(current_),

@@ -526,6 +526,22 @@ TEST_CASE("steal above the threshold steps down and blocks growth") {
   CHECK(d.reason.find("steal") != std::string::npos);
 }
 
+TEST_CASE("a short burst of steal blocks growth only while it lasts, then the load is swept again") {
+  // The real guest (eval-kernel 2026-12-01): 10-29 % steal for two ticks as load_rr started, in
+  // the middle of its sweep; growth was blocked for 61 ticks and the load, counted as swept, ran
+  // the whole evaluation cell at 0.
+  Tuner t;
+  auto tr = drive(t, db_client, 2);
+  REQUIRE(t.sweeping());
+  tr = drive(t, db_client, 2, std::nullopt, [](Observation& o) { o.steal_percent = 28.6; });
+  INFO(tr.log());
+  CHECK(tr.decisions[0].reason.find("host contended") != std::string::npos);
+  CHECK(tr.values.back() < tr.decisions[0].previous_ns);  // stepped down
+  auto after = drive(t, db_client, 15);
+  INFO(after.log());
+  CHECK(after.values.back() >= 50000);
+}
+
 TEST_CASE("a value changed behind the tuner's back restarts it from that value") {
   Tuner t(TunerParams{}, 0);
   drive(t, db_client, 12);
