@@ -160,7 +160,11 @@ wait_quiet() {
 # The daemon's CPU time in ns, all its threads (schedstat: /proc/<pid>/stat's utime + stime count
 # 10 ms jiffies, a third of a percent over a 3 s cell, too coarse for the 0.5 % target).
 daemon_cpu_ns() {
-  [ -n "$DAEMON_PID" ] && cat /proc/"$DAEMON_PID"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {print s + 0}' || echo 0
+  if [ -n "$DAEMON_PID" ]; then
+    { cat /proc/"$DAEMON_PID"/task/*/schedstat 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}'
+  else
+    echo 0
+  fi
 }
 
 cat > "$TMP/varlink.py" <<'PY'
