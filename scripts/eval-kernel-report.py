@@ -2,7 +2,8 @@
 """Summary, targets and plot data of scripts/eval-kernel.sh (issue 14's targets, docs/tuning.md).
 
 Reads <out>/loads.jsonl (one row per load x setting x round), change.jsonl and
-decisions-change.json (the load-change run), kill9.json; writes summary.md, summary.json and
+decisions-change.json (balanced's load-change run), change-baselines.jsonl (the same chunks under
+other settings, the fair baseline of the change run), kill9.json; writes summary.md, summary.json and
 change.dat. Every figure is a median over the rounds of one run; every target a ratio within it.
 """
 import json
@@ -22,6 +23,10 @@ METRIC = {"pipe": ("us_per_op", "us/op", min), "rr": ("throughput_per_s", "round
           "db": ("throughput_per_s", "round trips/s", max),
           "timer": ("late_p50_us", "lateness p50 us", min), "poisson": ("rtt_p50_us", "RTT p50 us", min),
           "idle": (None, "", None)}
+
+
+def setting_policy(s):
+    return s.split("_trace")[0]
 
 
 def med(load, setting, key):
@@ -49,10 +54,10 @@ for load in loads:
     if key:
         lines.append(f"| {load} | {label} | " + " | ".join(fmt(d[s]["metric"]) for s in settings) + " |")
     lines.append(f"| {load} | poll CPU %/CPU | " + " | ".join(fmt(d[s]["poll_cpu_percent_per_cpu"]) for s in settings) + " |")
-    pol = [s for s in settings if s in POLICIES]
+    pol = [s for s in settings if setting_policy(s) in POLICIES]
     if pol:
         lines.append(f"| {load} | value at end (ns) | " + " | ".join(
-            fmt(d[s]["value_after"], 0) if s in POLICIES else "" for s in settings) + " |")
+            fmt(d[s]["value_after"], 0) if s in pol else "" for s in settings) + " |")
 
 # Per-load criteria (issue 14), applied to every setting.
 def best_static(load):
@@ -132,12 +137,49 @@ if os.path.exists(cpath):
         phases[-1]["rows"].append(r)
     for i, p in enumerate(phases):
         p["end"] = p["rows"][-1]["t_s"]
+    # The same chunks under each baseline setting: per phase, the median after 5 s.
+    base_rows = []
+    bpath = os.path.join(out, "change-baselines.jsonl")
+    if os.path.exists(bpath):
+        base_rows = [json.loads(l) for l in open(bpath) if l.strip()]
+
+    def late_rows(rows_of_run, phase):
+        run = [r for r in rows_of_run if r["phase"] == phase]
+        if not run:
+            return []
+        start = run[0]["t_s"] - run[0]["seconds"]
+        return [r for r in run if r["t_s"] - r["seconds"] >= start + 5]
+
+    def chunk_metric(rows_of_run, phase):
+        late = late_rows(rows_of_run, phase)
+        if phase == "rr":
+            v = [r["throughput_per_s"] for r in late if r.get("throughput_per_s")]
+        else:
+            v = [r["latency_us"] for r in late if r.get("latency_us") is not None]
+        poll = statistics.mean(r["poll_cpu_percent_per_cpu"] for r in late) if late else None
+        return (statistics.median(v) if v else None), poll
+
+    base = {}
+    for r in base_rows:
+        base.setdefault(r["setting"], []).append(r)
+    same_chunks = {}
+    for ph in ("pipe", "timer", "rr", "idle"):
+        cand = [(chunk_metric(rs, ph), st) for st, rs in base.items() if st.startswith("static_")]
+        cand = [(m, poll, st) for (m, poll), st in cand if m is not None]
+        if cand:
+            pick = max if ph == "rr" else min
+            m, poll, st = pick(cand, key=lambda c: c[0])
+            same_chunks[ph] = {"metric": m, "poll": poll, "setting": st,
+                               "all": {st2: {"metric": m2, "poll": p2} for m2, p2, st2 in cand}}
+    summary["change_baselines"] = same_chunks
     pipe_best = best_static("pipe")[0] if "pipe" in summary["loads"] else None
     timer_z = summary["loads"].get("timer", {}).get("static_0", {}).get("metric")
     rr_best = best_static("rr")[0] if "rr" in summary["loads"] else None
-    cl = ["", "Load-change run (balanced): after 5 s of each phase",
-          "", "| phase | value(s) in force after 5 s (ns) | poll CPU %/CPU | load | changes after 5 s (decisions) | targets |",
-          "|---|---|---|---|---|---|"]
+    cl = ["", "Load-change run (balanced): after 5 s of each phase. \"Same chunks\": the best static of the",
+          "baseline runs through the same 1 s chunks (change-baselines.jsonl); \"targets\" judges against those",
+          "where they were run, else against the matrix's longer runs.",
+          "", "| phase | value(s) in force after 5 s (ns) | poll CPU %/CPU | load | same chunks, best static | changes after 5 s (decisions) | targets |",
+          "|---|---|---|---|---|---|---|"]
     summary["change"] = []
     for p in phases:
         late = [r for r in p["rows"] if r["t_s"] - r["seconds"] >= p["start"] + 5]
@@ -148,10 +190,25 @@ if os.path.exists(cpath):
                         and p["start"] + 5 <= d["time_ms"] / 1e3 - t0 <= p["end"])
         ok = n_changes <= 1 and poll is not None
         what = ""
+        sc = same_chunks.get(p["phase"])
+        sc_txt = ""
+        # The reference: the best static through the same chunks where the baselines ran, else
+        # the matrix's best (longer runs: the pipe's 15000-loop chunks get 10 % slack).
+        pipe_ref, pipe_slack, rr_ref = pipe_best, 1.1, rr_best
+        if sc and p["phase"] != "idle":
+            m_b, _ = chunk_metric(p["rows"], p["phase"])
+            ratio = m_b / sc["metric"] if m_b and sc["metric"] else None
+            unit = "round trips/s" if p["phase"] == "rr" else "us"
+            sc_txt = (f"{sc['setting'].replace('static_', '')}: {fmt(sc['metric'])} {unit}, poll {fmt(sc['poll'])}%; "
+                      f"balanced {fmt(ratio)} x")
+            if p["phase"] == "pipe":
+                pipe_ref, pipe_slack = sc["metric"], 1.0
+            elif p["phase"] == "rr":
+                rr_ref = sc["metric"]
         if p["phase"] == "pipe" and lat:
             m = statistics.median(lat)
-            what = f"{m:.2f} us/op ({m / pipe_best:.2f} x best static)" if pipe_best else f"{m:.2f} us/op"
-            ok = ok and (pipe_best is None or m <= 1.15 * pipe_best * 1.1)  # 15000-loop chunks: 10 % slack
+            what = f"{m:.2f} us/op ({m / pipe_best:.2f} x matrix best)" if pipe_best else f"{m:.2f} us/op"
+            ok = ok and (pipe_ref is None or m <= 1.15 * pipe_ref * pipe_slack)
         elif p["phase"] == "timer" and lat:
             m = statistics.median(lat)
             what = f"lateness p50 {m:.1f} us" + (f" ({m / timer_z:.2f} x cap 0)" if timer_z else "")
@@ -160,13 +217,15 @@ if os.path.exists(cpath):
             tp = [r["throughput_per_s"] for r in late if r.get("throughput_per_s")]
             if tp:
                 m = statistics.median(tp)
-                what = f"{m:.0f} round trips/s" + (f" ({m / rr_best:.2f} x best static)" if rr_best else "")
-                ok = ok and (rr_best is None or m >= 0.95 * rr_best)
+                what = f"{m:.0f} round trips/s" + (f" ({m / rr_best:.2f} x matrix best)" if rr_best else "")
+                ok = ok and (rr_ref is None or m >= 0.95 * rr_ref)
+                if sc:
+                    ok = ok and poll is not None and sc["poll"] is not None and poll <= sc["poll"] + 2
         elif p["phase"] == "idle":
             ok = ok and poll <= 0.5
         summary["change"].append({"phase": p["phase"], "values": vals, "poll": poll, "changes_after_5s": n_changes,
-                                  "ok": ok, "load": what})
-        cl.append(f"| {p['phase']} | {', '.join(str(v) for v in vals)} | {fmt(poll)} | {what} | {n_changes} | "
+                                  "ok": ok, "load": what, "same_chunks": sc_txt})
+        cl.append(f"| {p['phase']} | {', '.join(str(v) for v in vals)} | {fmt(poll)} | {what} | {sc_txt} | {n_changes} | "
                   f"{'yes' if ok else '**no**'} |")
     lines += cl
     with open(os.path.join(out, "change.dat"), "w") as f:

@@ -8,9 +8,12 @@
 #    shaped like the real guest's database client, 60 µs each, whose idle periods need a cap of
 #    100 µs where the pipe needs 30 and the timer at most 50), the 150 µs timer, Poisson 2000/s
 #    and the idle guest; ROUNDS interleaved rounds. Poll CPU is the POLL-state residency per CPU over each run.
-# 2. One load-change run under balanced: pipe → timer → load_rr → idle, CHANGE_SECONDS each, in
-#    1 s chunks, with the daemon's value, the poll CPU and the load's latency per chunk, and the
-#    daemon's decisions; drawn as a PNG with gnuplot.
+#    A setting <policy>_trace<N> is that policy with tuner.steady_trace_every = N (1: the eBPF
+#    programs stay attached while steady, the daemon's behaviour before that key existed).
+# 2. Load-change runs: pipe → timer → load_rr → idle, CHANGE_SECONDS each, in 1 s chunks, with the
+#    value in force, the poll CPU and the load's latency per chunk; one run per CHANGE_SETTINGS
+#    entry (balanced, and statics run through the same chunks as its baseline), balanced's drawn
+#    as a PNG with gnuplot and its decisions kept.
 # 3. kill -9 of a daemon that changed the values, a restart with the same state directory, and a
 #    check that the values found are back before its first tick.
 # It writes the REAL /sys/module/haltpoll/parameters: it holds /tmp/haltpoll-real-sysfs.lock for its
@@ -22,7 +25,8 @@
 # Env: ROUNDS (2), PIPE_LOOPS (150000: 1.1-1.6 s where polling pays; 50000 took 0.4 s and the same
 #      static measured 7.3 and 10.4 us/op in two rounds), LOAD_SECONDS (3), WARM_SECONDS (8: the daemon's time to
 #      settle on a load before it is measured), CHANGE_SECONDS (20), SETTINGS (all), LOADS (all),
-#      SKIP_CHANGE=1, SKIP_KILL=1, RR_ARGS ("-w 20 -t 10"), DB_ARGS ("-w 60 -t 60").
+#      SKIP_CHANGE=1, SKIP_KILL=1, RR_ARGS ("-w 20 -t 10"), DB_ARGS ("-w 60 -t 60"),
+#      CHANGE_SETTINGS ("balanced static_100000 static_200000 static_400000").
 # Needs root, perf (linux-perf) for the pipe, python3, gnuplot for the plot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +42,7 @@ DB_ARGS="${DB_ARGS:--w 60 -t 60}"
 # static_<ns>_gs: the cap with guest_halt_poll_grow_start = ns / 2 (does a small cap keep polling?).
 SETTINGS="${SETTINGS:-static_0 static_10000 static_20000 static_30000 static_50000 static_100000 static_200000 static_400000 static_20000_gs static_30000_gs balanced budget latency}"
 LOADS="${LOADS:-pipe rr db timer poisson idle}"
+CHANGE_SETTINGS="${CHANGE_SETTINGS:-balanced static_100000 static_200000 static_400000}"
 P=/sys/module/haltpoll/parameters
 NAMES=(guest_halt_poll_ns guest_halt_poll_grow guest_halt_poll_grow_start guest_halt_poll_shrink
        guest_halt_poll_allow_shrink)
@@ -203,6 +208,14 @@ JSON
   return 1
 }
 
+# start_policy <setting> <tag>: the daemon for a setting "<policy>" or "<policy>_trace<N>".
+start_policy() {
+  case $1 in
+    *_trace*) start_daemon "${1%%_trace*}" "$2" ", \"steady_trace_every\": ${1##*_trace}" ;;
+    *) start_daemon "$1" "$2" ;;
+  esac
+}
+
 # load_cmd <load> <seconds>: the command line of a load running about that long (pipe: loops).
 load_cmd() {
   case $1 in
@@ -243,7 +256,7 @@ a, b = [int(x) for x in p0.split()], [int(x) for x in p1.split()]
 per = [(y - x) / 1e4 / secs for x, y in zip(a, b)]
 row["poll_cpu_percent_per_cpu"] = round(sum(per) / len(per), 3) if per else None
 row["poll_cpu_percent_busiest"] = round(max(per), 3) if per else None
-if setting in ("balanced", "budget", "latency"):
+if setting.split("_trace")[0] in ("balanced", "budget", "latency"):
     row["daemon_cpu_percent_of_one_cpu"] = round((int(c1) - int(c0)) / 1e9 / secs * 100, 3)
 if stats == "1":
     row["bpf_cpu_percent_of_one_cpu"] = round((int(b1) - int(b0)) / 1e9 / secs * 100, 4)
@@ -279,7 +292,7 @@ for round in $(seq 1 "$ROUNDS"); do
       *)
         echo "eval-kernel: round $round, haltpolld $s" >&2
         fresh_limits
-        start_daemon "$s" "$s-$round"
+        start_policy "$s" "$s-$round"
         sleep 5  # idle CPUs: the daemon measures the halt-exit penalty
         for load in $LOADS; do
           wait_quiet
@@ -295,13 +308,11 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 put_back
 
-# ---- 2. load-change run under balanced ----
-if [ "${SKIP_CHANGE:-0}" != 1 ]; then
-  echo "eval-kernel: load-change run (pipe, timer, load_rr, idle: ${CHANGE_SECONDS}s each)" >&2
-  wait_quiet
-  start_daemon balanced change
-  sleep 5
-  : > "$OUT/change.jsonl"
+# ---- 2. load-change runs: balanced, and the statics through the same chunks ----
+# change_run <setting> <file>: the phases in 1 s chunks, one JSON line per chunk.
+change_run() {
+  local setting=$1 file=$2 phase pend p0 p1 t0 t1 out
+  : > "$file"
   T0=$(now_ns)
   for phase in pipe timer rr idle; do
     pend=$(( $(now_ns) + CHANGE_SECONDS * 1000000000 ))
@@ -314,13 +325,13 @@ if [ "${SKIP_CHANGE:-0}" != 1 ]; then
         idle) sleep 1; out="" ;;
       esac
       t1=$(now_ns); p1=$(poll_us)
-      python3 - "$phase" "$out" "$p0" "$p1" "$T0" "$t0" "$t1" "$(cat "$P/guest_halt_poll_ns")" >> "$OUT/change.jsonl" <<'PY'
+      python3 - "$setting" "$phase" "$out" "$p0" "$p1" "$T0" "$t0" "$t1" "$(cat "$P/guest_halt_poll_ns")" >> "$file" <<'PY'
 import json, re, sys
-phase, out, p0, p1, T0, t0, t1, value = sys.argv[1:]
+setting, phase, out, p0, p1, T0, t0, t1, value = sys.argv[1:]
 secs = (int(t1) - int(t0)) / 1e9
 a, b = [int(x) for x in p0.split()], [int(x) for x in p1.split()]
 per = [(y - x) / 1e4 / secs for x, y in zip(a, b)]
-row = {"phase": phase, "t_s": round((int(t1) - int(T0)) / 1e9, 2), "seconds": round(secs, 3),
+row = {"setting": setting, "phase": phase, "t_s": round((int(t1) - int(T0)) / 1e9, 2), "seconds": round(secs, 3),
        "value_ns": int(value), "poll_cpu_percent_per_cpu": round(sum(per) / len(per), 3)}
 lat = None
 if phase == "pipe":
@@ -337,9 +348,35 @@ print(json.dumps(row))
 PY
     done
   done
-  varlink "$TMP/sock-change" io.haltpolld.GetDecisions '{"limit": 400}' > "$OUT/decisions-change.json" || true
-  echo "$T0" > "$OUT/change.t0_ns"
-  stop_daemon
+}
+if [ "${SKIP_CHANGE:-0}" != 1 ]; then
+  : > "$OUT/change-baselines.jsonl"
+  for s in $CHANGE_SETTINGS; do
+    echo "eval-kernel: load-change run, $s (pipe, timer, load_rr, idle: ${CHANGE_SECONDS}s each)" >&2
+    put_back
+    wait_quiet
+    fresh_limits
+    case $s in
+      static_*)
+        echo "${s#static_}" > "$P/guest_halt_poll_ns"
+        change_run "$s" "$TMP/change-$s.jsonl"
+        cat "$TMP/change-$s.jsonl" >> "$OUT/change-baselines.jsonl"
+        ;;
+      *)
+        start_policy "$s" "change-$s"
+        sleep 5
+        if [ "$s" = balanced ]; then
+          change_run "$s" "$OUT/change.jsonl"
+          varlink "$TMP/sock-change-$s" io.haltpolld.GetDecisions '{"limit": 400}' > "$OUT/decisions-change.json" || true
+          echo "$T0" > "$OUT/change.t0_ns"
+        else
+          change_run "$s" "$TMP/change-$s.jsonl"
+          cat "$TMP/change-$s.jsonl" >> "$OUT/change-baselines.jsonl"
+        fi
+        stop_daemon
+        ;;
+    esac
+  done
   put_back
 fi
 

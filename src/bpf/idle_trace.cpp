@@ -151,6 +151,14 @@ bpf_program* program_of(idle_trace_bpf* skel, std::size_t tp, bool btf) {
   }
 }
 
+bpf_link*& link_of(idle_trace_bpf* skel, std::size_t tp, bool btf) {
+  switch (tp) {
+    case 0: return btf ? skel->links.cpu_idle_btf : skel->links.cpu_idle_raw;
+    case 1: return btf ? skel->links.limit_btf : skel->links.limit_raw;
+    default: return btf ? skel->links.ipi_btf : skel->links.ipi_raw;
+  }
+}
+
 // Whether tracefs lists the event: false only when tracefs is mounted and the event is absent.
 bool tracefs_may_have(const Tracepoint& tp) {
   for (const char* root : {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}) {
@@ -186,6 +194,8 @@ struct IdleTrace::Impl {
   unsigned ncpu = 0;
   std::optional<unsigned> poll_state;
   std::array<bpf_program*, tracepoints.size()> attached{};  // the program kept per tracepoint
+  bool use_btf = true;
+  bool detached = false;  // set_attached(false)
   std::string status;
   std::vector<std::string> missing;
   mutable const std::function<void(const IdleRecord&)>* sink = nullptr;
@@ -306,6 +316,7 @@ std::unique_ptr<IdleTrace> IdleTrace::open(const IdleTraceOptions& options, std:
     why = load_failure(load_err, capture.last);
     return nullptr;
   }
+  impl->use_btf = use_btf;
 
   impl->status = "cpuidle driver " + (driver.empty() ? std::string("unknown") : driver) + ", POLL " +
                  (impl->poll_state ? "= state" + std::to_string(*impl->poll_state) : std::string("absent")) + ";";
@@ -329,11 +340,7 @@ std::unique_ptr<IdleTrace> IdleTrace::open(const IdleTraceOptions& options, std:
       continue;
     }
     // The skeleton's destroy() detaches what its links array holds.
-    switch (i) {
-      case 0: (use_btf ? impl->skel->links.cpu_idle_btf : impl->skel->links.cpu_idle_raw) = link; break;
-      case 1: (use_btf ? impl->skel->links.limit_btf : impl->skel->links.limit_raw) = link; break;
-      default: (use_btf ? impl->skel->links.ipi_btf : impl->skel->links.ipi_raw) = link; break;
-    }
+    link_of(impl->skel, i, use_btf) = link;
     impl->attached[i] = program_of(impl->skel, i, use_btf);
     impl->status += " " + tp + " " + (use_btf ? "tp_btf" : "raw_tp") + ";";
   }
@@ -434,6 +441,46 @@ int IdleTrace::program_fd(const std::string& tracepoint) const noexcept {
   for (std::size_t i = 0; i < tracepoints.size(); ++i)
     if (tracepoint == tracepoints[i].name && impl_->attached[i]) return bpf_program__fd(impl_->attached[i]);
   return -1;
+}
+
+bool IdleTrace::attached() const noexcept { return !impl_->detached; }
+
+int IdleTrace::set_attached(bool on) noexcept {
+  Impl& m = *impl_;
+  if (on != m.detached) return 0;
+  if (!on) {
+    for (std::size_t i = 0; i < tracepoints.size(); ++i) {
+      bpf_link*& link = link_of(m.skel, i, m.use_btf);
+      if (link == nullptr) continue;
+      bpf_link__destroy(link);
+      link = nullptr;
+    }
+    m.detached = true;
+    return 0;
+  }
+  // No program runs while detached (the last one ended long before: detaching waits for no
+  // in-flight run, but a tick passes before this), so the period state can be written from here.
+  // Without this reset the first exit after the gap would count the whole gap as one period.
+  for (unsigned cpu = 0; cpu < m.ncpu; ++cpu) {
+    hp_cpu& c = m.skel->bss->cpus[cpu];
+    c.seq += 2;  // a reader holding an older copy sees it changed
+    c.in_idle = 0;
+    c.pending_poll = 0;
+    c.halt_after_poll = 0;
+    c.limit_known = 0;
+  }
+  int first_err = 0;
+  for (std::size_t i = 0; i < tracepoints.size(); ++i) {
+    if (m.attached[i] == nullptr) continue;
+    bpf_link* link = bpf_program__attach(m.attached[i]);
+    if (link == nullptr) {
+      if (first_err == 0) first_err = -errno;
+      continue;
+    }
+    link_of(m.skel, i, m.use_btf) = link;
+  }
+  m.detached = false;
+  return first_err;
 }
 
 std::uint64_t IdleTrace::records_dropped() const noexcept {

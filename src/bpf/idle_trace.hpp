@@ -119,6 +119,15 @@ class IdleTrace {
   // BPF_PROG_TEST_RUN (possible for the raw_tp programs). Owned by the IdleTrace.
   int program_fd(const std::string& tracepoint) const noexcept;
 
+  // Detaches the programs (then the idle path pays nothing and the counters, histograms and
+  // limits stop moving) or attaches again the ones open() attached. Attaching forgets every CPU's
+  // period in progress and its last known limit (both may have changed unseen): the first exit on
+  // each CPU counts as unmatched and the limit is unknown until the governor's next event.
+  // Returns 0, or -errno of the first program that failed to attach (the others are attached).
+  // Call it from the thread that calls read().
+  int set_attached(bool on) noexcept;
+  bool attached() const noexcept;
+
   // Record mode only: hands every record written since the last call to `sink`, in ring order (per
   // CPU in time order; across CPUs in the order the periods ended, within the reservation race).
   // Returns the number of records, or -errno. The sink must not throw.

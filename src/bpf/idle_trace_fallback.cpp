@@ -30,5 +30,7 @@ std::optional<unsigned> IdleTrace::poll_state() const noexcept { return std::nul
 long IdleTrace::consume(const std::function<void(const IdleRecord&)>&) const { return -ENOSYS; }
 std::uint64_t IdleTrace::records_dropped() const noexcept { return 0; }
 int IdleTrace::program_fd(const std::string&) const noexcept { return -1; }
+int IdleTrace::set_attached(bool) noexcept { return -ENOSYS; }
+bool IdleTrace::attached() const noexcept { return false; }
 
 }  // namespace haltpolld

@@ -162,6 +162,7 @@ void visit_schema(V&& v) {
   v("/tuner/min_benefit_ratio", live, [](auto& c) -> auto& { return c.tuner.min_benefit_ratio; }, Number{0.0, 1000.0});
   v("/tuner/manage_grow_start", live, [](auto& c) -> auto& { return c.tuner.manage_grow_start; }, Flag{});
   v("/tuner/reset_limits", live, [](auto& c) -> auto& { return c.tuner.reset_limits; }, Flag{});
+  v("/tuner/steady_trace_every", live, [](auto& c) -> auto& { return c.tuner.steady_trace_every; }, Integer{1, 3600});
   v("/metrics/textfile", restart, [](auto& c) -> auto& { return c.metrics.textfile; }, Text{check_textfile});
   v("/log/level", live, [](auto& c) -> auto& { return c.log.level; }, Choice{{"trace", "debug", "info", "warn", "error", "critical", "off"}});
   // clang-format on

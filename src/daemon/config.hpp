@@ -59,6 +59,7 @@ struct Config {
     double min_benefit_ratio = 1.0;  // balanced: above the budget, benefit / cost needed
     bool manage_grow_start = false;  // write guest_halt_poll_grow_start = min(found, cap / 2)
     bool reset_limits = true;        // a lowered cap also zeroes the CPUs' poll limits
+    unsigned steady_trace_every = 10;  // steady: the eBPF programs attached one tick in this many
     friend bool operator==(const Tuner&, const Tuner&) = default;
   } tuner;
   struct Metrics {

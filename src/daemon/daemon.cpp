@@ -168,6 +168,7 @@ ControllerOptions Daemon::Impl::controller_options(const Config& c) const {
   o.tuner.min_benefit_ratio = c.tuner.min_benefit_ratio;
   o.tuner.manage_grow_start = c.tuner.manage_grow_start;
   o.tuner.reset_limits = c.tuner.reset_limits;
+  o.tuner.steady_trace_every = c.tuner.steady_trace_every;
   o.probe_rate_hz = c.probe.rate_hz;
   o.interval_ms = c.tuner.interval_ms;
   return o;

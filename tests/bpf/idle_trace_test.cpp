@@ -26,6 +26,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using Catch::Matchers::Contains;
@@ -258,6 +259,53 @@ TEST_CASE("the raw_tp fallback attaches and counts like tp_btf", "[bpf]") {
   const auto b = idle_until(*t, a, 100, 2000);
   for (std::size_t i = 0; i < b.cpus.size(); ++i) require_consistent(b.cpus[i].minus(a.cpus[i]));
   REQUIRE(b.total().minus(a.total()).idle_entries > 0);
+}
+
+TEST_CASE("detached, the counts stop; attached again, they resume without the gap counted as a period", "[bpf]") {
+  for (auto kind : {IdleTraceOptions::Attach::automatic, IdleTraceOptions::Attach::raw_tp}) {
+    IdleTraceOptions o;
+    o.attach = kind;
+    auto t = open_or_fail(o);
+    INFO("status: " << t->status());
+    REQUIRE(t->attached());
+    const auto a = t->read();
+    const auto b = idle_until(*t, a, 100, 2000);
+    REQUIRE(b.total().minus(a.total()).idle_entries > 0);
+
+    REQUIRE(t->set_attached(false) == 0);
+    REQUIRE(!t->attached());
+    REQUIRE(t->set_attached(false) == 0);  // twice is harmless
+    // A program already running when its link went away may still finish: read after a pause.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto c = t->read();
+    bpftest::ping_pong(2000);
+    bpftest::sleeps(100, std::chrono::milliseconds(10));  // about 1.2 s of idle gaps, none counted
+    const auto d = t->read();
+    const IdleCpuStats gap = d.total().minus(c.total());
+    CHECK(gap.idle_entries == 0);
+    CHECK(gap.halts == 0);
+    CHECK(gap.poll_ns + gap.halt_ns == 0);
+
+    const auto attach_ns = d.taken_ns;
+    REQUIRE(t->set_attached(true) == 0);
+    REQUIRE(t->attached());
+    const auto e = idle_until(*t, d, 100, 2000);
+    const std::uint64_t ncpu = t->possible_cpus();
+    for (std::size_t i = 0; i < e.cpus.size(); ++i) {
+      const IdleCpuStats x = e.cpus[i].minus(d.cpus[i]);
+      require_consistent(x);
+      INFO("cpu " << i << ": halt_ns " << x.halt_ns << " poll_ns " << x.poll_ns << " in "
+                  << e.taken_ns - attach_ns << " ns since attaching");
+      // A CPU that was idle across the gap has its first exit counted as unmatched, not as a
+      // period as long as the gap: each CPU's residency fits in the time since attaching.
+      CHECK(x.halt_ns + x.poll_ns <= e.taken_ns - attach_ns);
+      CHECK(x.unmatched <= 1);
+      // The limit the governor had before the gap is forgotten until its next event.
+      if (e.cpus[i].poll_limit_ns) CHECK(x.limit_events > 0);
+    }
+    CHECK(e.total().minus(d.total()).idle_entries > 0);
+    CHECK(e.total().minus(d.total()).unmatched <= ncpu);
+  }
 }
 
 TEST_CASE("the POLL state index comes from sysfs, and a root without POLL counts everything as halt", "[bpf]") {

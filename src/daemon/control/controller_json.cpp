@@ -41,6 +41,7 @@ json to_json(const TunerParams& p) {
           {"steal_backoff_percent", p.steal_backoff_percent},
           {"manage_grow_start", p.manage_grow_start},
           {"reset_limits", p.reset_limits},
+          {"steady_trace_every", p.steady_trace_every},
           {"kernel_grow_start_ns", p.kernel_grow_start_ns},
           {"min_latency_samples", p.min_latency_samples}};
 }

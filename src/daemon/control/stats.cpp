@@ -156,7 +156,9 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
     any_ipi |= c.ipi_skipped.has_value();
     all_exact &= c.outcomes_exact;
   }
-  const bool bpf_present = last.periods.has_value() || any_limit || any_ipi;
+  // Present: the program is loaded, whether or not it was attached for the last tick.
+  const bool bpf_attached = last.periods.has_value() || any_limit || any_ipi;
+  const bool bpf_present = bpf_attached || !last.bpf_detached.empty();
   const std::string bpf_why = bpf_present ? std::string()
                               : !last.bpf_missing.empty() ? last.bpf_missing
                                                           : std::string("no tick has reported the eBPF signals yet");
@@ -275,7 +277,11 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
           {"tick", k.tick},
           {"elapsed_ns", last.elapsed_ns},
           {"steal_percent", opt(k.steal_percent)},
-          {"bpf", {{"present", bpf_present}, {"missing_reason", bpf_present ? json(nullptr) : json(bpf_why)}}},
+          {"bpf",
+           {{"present", bpf_present},
+            {"missing_reason", bpf_present ? json(nullptr) : json(bpf_why)},
+            {"last_tick", bpf_attached},
+            {"detached_reason", bpf_attached || last.bpf_detached.empty() ? json(nullptr) : json(last.bpf_detached)}}},
           {"cpus", std::move(cpus)},
           {"all", std::move(all)},
           {"totals", std::move(totals)},

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -163,6 +164,7 @@ bool Sensors::enable_idle_trace() {
     return false;
   }
   last_trace_ = std::make_unique<IdleTraceSnapshot>(trace_->read());
+  trace_whole_tick_ = false;  // attached now, not at the last sample
   bpf_missing_.clear();
   for (const auto& m : trace_->missing()) bpf_missing_ += (bpf_missing_.empty() ? "" : "; ") + m;
   return true;
@@ -170,7 +172,28 @@ bool Sensors::enable_idle_trace() {
 
 std::string Sensors::kernel_signals_status() const {
   if (!trace_) return bpf_missing_;
+  if (!trace_->attached()) return trace_->status() + " (detached: " + detached_why_ + ")";
   return trace_->status();
+}
+
+bool Sensors::idle_trace_attached() const noexcept { return trace_ && trace_->attached(); }
+
+bool Sensors::set_idle_trace_attached(bool on, std::string why) {
+  if (!trace_) return false;
+  detached_why_ = on ? std::string() : std::move(why);
+  if (on == trace_->attached()) return true;
+  const int err = trace_->set_attached(on);
+  if (on) {
+    // The tick in progress began at the last sample, a few milliseconds ago: counted as whole.
+    *last_trace_ = trace_->read();
+    trace_whole_tick_ = true;
+  }
+  if (err != 0) {
+    bpf_missing_ = fmt::format("re-attaching the eBPF programs failed ({}): {}", std::strerror(-err),
+                               trace_->status());
+    return false;
+  }
+  return true;
 }
 
 Observation Sensors::sample(std::uint64_t now_ns) {
@@ -230,7 +253,10 @@ Observation Sensors::sample(std::uint64_t now_ns) {
   obs.kernel.bpf_missing = bpf_missing_;
   if (trace_) {
     auto now = std::make_unique<IdleTraceSnapshot>(trace_->read());
-    if (!obs.kernel.cpus.empty()) {
+    const bool whole = trace_whole_tick_ && trace_->attached();
+    trace_whole_tick_ = trace_->attached();
+    if (!whole) obs.kernel.bpf_detached = trace_->attached() ? "eBPF programs attached during the tick" : detached_why_;
+    if (whole && !obs.kernel.cpus.empty()) {
       IdlePeriodHistograms h;
       for (auto& k : obs.kernel.cpus) {
         const auto c = static_cast<std::size_t>(k.cpu);

@@ -63,6 +63,13 @@ class Sensors {
   // is refused there. False (and kernel_signals_missing() says why) when it cannot be loaded;
   // the counters keep working either way.
   bool enable_idle_trace();
+  // Detaches the eBPF programs (the idle path then pays nothing for them) or attaches them again;
+  // `why` says why they are detached, for status. Meant to be called right after sample(): a
+  // tick is reported with the eBPF signals only when the programs were attached from its start
+  // (within the milliseconds between a sample and this call) to its end. Returns false when
+  // there is no program, or attaching failed (kernel_signals_missing() then says why).
+  bool set_idle_trace_attached(bool on, std::string why = {});
+  bool idle_trace_attached() const noexcept;
   // Why the eBPF signals are missing ("" when the program runs), and how it attached.
   const std::string& kernel_signals_missing() const noexcept { return bpf_missing_; }
   std::string kernel_signals_status() const;
@@ -90,6 +97,8 @@ class Sensors {
   std::string cpuidle_status_;
   std::unique_ptr<IdleTrace> trace_;
   std::unique_ptr<IdleTraceSnapshot> last_trace_;
+  bool trace_whole_tick_ = false;  // attached since the last sample
+  std::string detached_why_;
   std::string bpf_missing_ = "eBPF kernel signals not requested";
 };
 

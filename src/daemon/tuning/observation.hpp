@@ -71,6 +71,9 @@ struct KernelSignals {
   std::optional<IdlePeriodHistograms> periods;  // empty without eBPF
   // Why the eBPF signals are missing ("" when present), for status and the decision log.
   std::string bpf_missing;
+  // The program is loaded but was detached for (part of) the tick, and why: the eBPF fields are
+  // then empty as if missing, but the signals come back when it is attached again.
+  std::string bpf_detached;
 
   bool available() const noexcept { return !cpus.empty() && elapsed_ns > 0; }
   double per_second(std::uint64_t n) const noexcept {

@@ -51,6 +51,7 @@ std::string validate(const TunerParams& p) {
   if (!(p.min_benefit_ratio >= 0)) return "min_benefit_ratio must be >= 0";
   if (p.min_periods == 0) return "min_periods must be > 0";
   if (p.max_dwell_ticks == 0) return "max_dwell_ticks must be > 0";
+  if (p.steady_trace_every == 0) return "steady_trace_every must be > 0";
   if (!(p.grow_halts_per_second >= 0)) return "grow_halts_per_second must be >= 0";
   if (!(p.closed_loop_min_gain >= 0)) return "closed_loop_min_gain must be >= 0";
   if (!(p.load_change_factor > 1)) return "load_change_factor must be > 1";
@@ -113,7 +114,12 @@ void RungMeasurement::add(const KernelSignals& k) {
     poll_ns += static_cast<double>(c.poll_ns);
     busiest = std::max(busiest, k.poll_cpu_percent(c));
   }
-  if (auto ipi = k.total_ipi_skipped()) ipi_skipped = ipi_skipped.value_or(0) + static_cast<double>(*ipi);
+  // IPI skips are summed only over a run of ticks that all counted them (the eBPF programs are
+  // detached on some steady ticks): a partial sum would read as fewer wake-ups served.
+  if (auto ipi = k.total_ipi_skipped(); ipi && (ticks == 1 || ipi_skipped))
+    ipi_skipped = ipi_skipped.value_or(0) + static_cast<double>(*ipi);
+  else
+    ipi_skipped.reset();
   max_cpu_time += busiest * static_cast<double>(k.elapsed_ns);
 }
 
@@ -217,6 +223,7 @@ void Tuner::reset(std::uint32_t ns) {
   signature_.reset();
   confirm_before_.reset();
   ticks_since_sweep_ = 0;
+  steady_run_ = 0;
   swept_ = false;
   change_streak_ = 0;
   ceiling_.reset();
@@ -600,7 +607,18 @@ Decision Tuner::steady(Decision d, const Observation& obs) {
   return move(std::move(d), Action::hold, current_, "steady at " + describe(t, t));
 }
 
+bool Tuner::wants_kernel_trace() const noexcept {
+  if (phase_ != Phase::steady || params_.steady_trace_every <= 1) return true;
+  return steady_run_ % params_.steady_trace_every == 1;
+}
+
 Decision Tuner::decide(const Observation& obs) {
+  Decision d = decide_step(obs);
+  steady_run_ = phase_ == Phase::steady ? steady_run_ + 1 : 0;
+  return d;
+}
+
+Decision Tuner::decide_step(const Observation& obs) {
   Decision d;
   d.tick = obs.tick;
   d.poll_cpu_percent = obs.poll_cpu_percent;
@@ -661,7 +679,7 @@ Decision Tuner::decide(const Observation& obs) {
       const RungMeasurement& b = *confirm_before_;
       phase_ = Phase::steady;
       const bool slower = m.wake_rate() < 0.9 * b.wake_rate();
-      const bool fewer_hits = b.useful_rate() > 100 && m.useful_rate() < 0.9 * b.useful_rate();
+      const bool fewer_hits = b.useful_rate_like(m) > 100 && m.useful_rate_like(b) < 0.9 * b.useful_rate_like(m);
       if (slower || fewer_hits) {
         shrink_block_ticks_ = params_.resweep_after_ticks;
         signature_ = b;

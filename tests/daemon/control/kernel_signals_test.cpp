@@ -163,3 +163,26 @@ TEST_CASE("poll_means: exact when all polls hit or all missed, from the limit ot
   CHECK(*poll_means(over).hit_ns == 0.0);
   CHECK_FALSE(poll_means(cpu_tick(0, 0, 5, 0)).poll_ns);
 }
+
+TEST_CASE("kernel_signals: a program detached while steady is present, not missing, with the reason") {
+  KernelSignalsStats k;
+  KernelSignals t = half_second({cpu_tick(0, 100, 10, 1'000'000)});
+  t.bpf_detached = "the tuner is steady: attached for one tick in 10";
+  k.record(1, t, std::nullopt);
+  json j = kernel_signals_to_json(k, std::nullopt, false);
+  CHECK(j["bpf"]["present"] == true);
+  CHECK(j["bpf"]["missing_reason"].is_null());
+  CHECK(j["bpf"]["last_tick"] == false);
+  CHECK(j["bpf"]["detached_reason"] == "the tuner is steady: attached for one tick in 10");
+
+  // The next tick has them: last_tick true, no detached reason.
+  KernelSignals a = half_second({cpu_tick(0, 100, 10, 1'000'000)});
+  a.cpus[0].ipi_skipped = 80;
+  a.cpus[0].outcomes_exact = true;
+  a.periods = IdlePeriodHistograms{};
+  k.record(2, a, std::nullopt);
+  j = kernel_signals_to_json(k, std::nullopt, false);
+  CHECK(j["bpf"]["present"] == true);
+  CHECK(j["bpf"]["last_tick"] == true);
+  CHECK(j["bpf"]["detached_reason"].is_null());
+}

@@ -542,6 +542,86 @@ TEST_CASE("a short burst of steal blocks growth only while it lasts, then the lo
   CHECK(after.values.back() >= 50000);
 }
 
+TEST_CASE("the eBPF programs are wanted in sweeps and confirmations, and on one steady tick in steady_trace_every") {
+  TunerParams tp;
+  tp.steady_trace_every = 5;
+  Tuner t(tp, 0);
+  // Never swept and busy: the first decision starts a sweep, which wants them on every tick.
+  std::vector<bool> want;
+  std::vector<bool> sweeping;
+  for (int i = 0; i < 40; ++i) {
+    t.decide(synth(t.current_ns(), db_client, static_cast<std::uint64_t>(i)));
+    want.push_back(t.wants_kernel_trace());
+    sweeping.push_back(t.sweeping());
+  }
+  std::size_t first_steady = 0;
+  for (std::size_t i = 0; i < sweeping.size(); ++i) {
+    if (sweeping[i]) {
+      CHECK(want[i]);
+      first_steady = i + 1;
+    }
+  }
+  REQUIRE(first_steady > 1);
+  REQUIRE(first_steady + 12 < want.size());
+  // Right after the sweep: attached for the first steady tick (its histogram feeds the shrink
+  // prediction), then one tick in five.
+  // want[i] is for the tick after decision i; decision first_steady ended the sweep.
+  CHECK(want[first_steady]);
+  int attached = 0;
+  for (std::size_t i = first_steady; i < first_steady + 10; ++i) attached += want[i];
+  CHECK(attached == 2);
+  for (std::size_t i = first_steady + 1; i < first_steady + 5; ++i) CHECK(!want[i]);
+  CHECK(want[first_steady + 5]);
+
+  // 1: always attached.
+  tp.steady_trace_every = 1;
+  t.set_params(tp);
+  for (int i = 0; i < 5; ++i) {
+    t.decide(synth(t.current_ns(), db_client, static_cast<std::uint64_t>(100 + i)));
+    CHECK(t.wants_kernel_trace());
+  }
+  tp.steady_trace_every = 0;
+  CHECK(validate(tp).find("steady_trace_every") != std::string::npos);
+}
+
+TEST_CASE("an IPI-skip sum is kept only over ticks that all counted them") {
+  // With the eBPF programs detached on some steady ticks, a rung measured over two ticks of which
+  // one had no IPI-skip count would read half the wake-ups served.
+  KernelSignals with, without;
+  with.elapsed_ns = without.elapsed_ns = 1'000'000'000;
+  CpuKernelSignals c;
+  c.poll_entries = 10000;
+  c.poll_hits = 9000;
+  c.poll_misses = 1000;
+  c.halts = 1000;
+  without.cpus.push_back(c);
+  c.ipi_skipped = 8000;
+  with.cpus.push_back(c);
+
+  RungMeasurement a;
+  a.add(with);
+  a.add(with);
+  REQUIRE(a.ipi_skipped);
+  CHECK(*a.ipi_skipped == 16000);
+  a.add(without);
+  CHECK(!a.ipi_skipped);
+  a.add(with);
+  CHECK(!a.ipi_skipped);  // not restarted in the middle of a run
+  CHECK(a.useful_rate() == Approx(9000));
+
+  RungMeasurement b;
+  b.add(without);
+  b.add(with);
+  CHECK(!b.ipi_skipped);
+
+  // Compared with a measurement that has them, one without counts poll hits on both sides.
+  RungMeasurement e;
+  e.add(with);
+  CHECK(e.useful_rate() == Approx(8000));
+  CHECK(e.useful_rate_like(b) == Approx(9000));
+  CHECK(e.useful_rate_like(e) == Approx(8000));
+}
+
 TEST_CASE("a value changed behind the tuner's back restarts it from that value") {
   Tuner t(TunerParams{}, 0);
   drive(t, db_client, 12);

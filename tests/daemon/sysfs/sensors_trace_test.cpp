@@ -1,0 +1,93 @@
+// Sensors with the real eBPF program on the running kernel (read-only: the cpuidle counters and
+// the program's maps; nothing is written to the haltpoll parameters). A tick carries the eBPF
+// signals only when the programs were attached from its start to its end. Needs root, like
+// tests/bpf; CI runs it as root.
+#include "sysfs/sensors.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+#include <unistd.h>
+
+using namespace haltpolld;
+
+namespace {
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+// Idle periods on every CPU: short sleeps end in a timer interrupt after a halt.
+void some_idle() {
+  for (int i = 0; i < 50; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
+bool has_ebpf(const Observation& o) {
+  if (!o.kernel.periods) return false;
+  for (const auto& c : o.kernel.cpus)
+    if (!c.outcomes_exact) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("Sensors: eBPF signals only for ticks the programs were attached for, whole", "[bpf]") {
+  Sensors s("/", {});
+  // Without cpuidle states the sensors have no per-CPU signals to carry the eBPF fields.
+  INFO("cpuidle: " << s.cpuidle_status());
+  REQUIRE(s.read_cpuidle(s.cpus().front()));
+  INFO("eBPF: " << s.kernel_signals_missing());
+  REQUIRE(s.enable_idle_trace());
+  REQUIRE(s.idle_trace_attached());
+  s.sample(now_ns());  // primes
+  some_idle();
+  const Observation attached = s.sample(now_ns());
+  CHECK(has_ebpf(attached));
+  CHECK(attached.kernel.bpf_detached.empty());
+
+  REQUIRE(s.set_idle_trace_attached(false, "steady"));
+  CHECK(!s.idle_trace_attached());
+  CHECK(s.kernel_signals_status().find("detached: steady") != std::string::npos);
+  some_idle();
+  const Observation detached = s.sample(now_ns());
+  REQUIRE(detached.kernel.available());
+  CHECK(!has_ebpf(detached));
+  CHECK(!detached.kernel.periods);
+  for (const auto& c : detached.kernel.cpus) {
+    CHECK(!c.outcomes_exact);
+    CHECK(!c.ipi_skipped);
+  }
+  CHECK(detached.kernel.bpf_detached == "steady");
+
+  // Attached right after a sample: the next tick is whole and carries them, with histograms
+  // whose counts are the program's own view of that tick's periods only.
+  s.sample(now_ns());
+  REQUIRE(s.set_idle_trace_attached(true));
+  some_idle();
+  const Observation again = s.sample(now_ns());
+  CHECK(has_ebpf(again));
+  CHECK(again.kernel.bpf_detached.empty());
+  REQUIRE(again.kernel.periods);
+  std::uint64_t halts = 0;
+  for (const auto& c : again.kernel.cpus) halts += c.halts;
+  // The histograms hold the halts of this tick only: none of the detached ticks' (the counters' halts
+  // were a few ms longer, between the sample and the attach).
+  CHECK(again.kernel.periods->halt_residency.count() <= halts + again.kernel.cpus.size());
+  CHECK(again.kernel.periods->halt_residency.count() > 0);
+  CHECK(again.kernel.periods->halt_residency.sum_ns() <= again.elapsed_ns * again.kernel.cpus.size());
+}
+
+TEST_CASE("Sensors: without a program, attaching is refused and nothing changes", "[bpf]") {
+  Sensors s("/", {});
+  CHECK(!s.set_idle_trace_attached(true));
+  CHECK(!s.idle_trace_attached());
+  s.sample(now_ns());
+  some_idle();
+  const Observation o = s.sample(now_ns());
+  CHECK(!o.kernel.periods);
+  CHECK(o.kernel.bpf_detached.empty());
+  CHECK(o.kernel.bpf_missing == "eBPF kernel signals not requested");
+}
