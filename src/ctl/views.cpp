@@ -150,6 +150,9 @@ std::string kernel_params_line(const json& k) {
 // The eBPF line shared by top, stats --kernel and histogram --kernel.
 std::string bpf_line(const json& ks) {
   const json& bpf = at(ks, "bpf");
+  if (bpf.value("present", false) && !bpf.value("last_tick", true))
+    return "loaded, detached for the last tick (" + str(bpf, "detached_reason", "no reason given") +
+           "): its hits and misses derived from the counters";
   if (bpf.value("present", false)) return "present: poll limits, IPI skips and idle-period histograms from the power tracepoints";
   return "absent (" + str(bpf, "missing_reason", "no reason given") +
          "): no poll limit, IPI skips or histograms; hits and misses derived from the counters";
@@ -197,7 +200,10 @@ std::string render_status(const json& s) {
   const json& ks = at(s, "kernel_signals");
   if (ks.is_object()) {
     out += "signals:  " + (ks.value("available", false) ? "cpuidle " + str(ks, "cpuidle") : "none: " + str(ks, "reason", "unknown")) +
-           "; eBPF " + (at(ks, "bpf").value("present", false) ? std::string("present") : "absent: " + str(at(ks, "bpf"), "missing_reason")) +
+           "; eBPF " +
+           (!at(ks, "bpf").value("present", false) ? "absent: " + str(at(ks, "bpf"), "missing_reason")
+            : at(ks, "bpf").value("last_tick", true) ? std::string("present")
+                                                     : "present, detached: " + str(at(ks, "bpf"), "detached_reason")) +
            '\n';
   }
   const json& c = at(s, "controller");

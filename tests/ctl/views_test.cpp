@@ -97,6 +97,16 @@ TEST_CASE("top: every line fits 120 columns, CPUs beyond the screen's rows are c
   CHECK(many.find("\n all ") != std::string::npos);
   CHECK(line_count(render_kernel_top(stats_with(64), decision(), "/s", {120, 0})) > 64);  // a pipe gets every CPU
 
+  // The eBPF programs detached while the tuner is steady: said, with the reason, not "absent".
+  json detached = stats_with(2);
+  detached["kernel_signals"]["bpf"]["last_tick"] = false;
+  detached["kernel_signals"]["bpf"]["detached_reason"] = "the tuner is steady: attached for one tick in 10";
+  const std::string dframe = render_kernel_top(detached, decision(), "/s", {120, 40});
+  INFO(dframe);
+  CHECK(dframe.find("detached for the last tick (the tuner is steady") != std::string::npos);
+  CHECK(dframe.find("absent") == std::string::npos);
+  CHECK(widest_line(dframe) <= 120);
+
   json none = stats_with(2);
   none["kernel_signals"]["available"] = false;
   none["kernel_signals"]["reason"] = "no cpuidle states under /sys/devices/system/cpu/cpu0/cpuidle";
