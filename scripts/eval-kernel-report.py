@@ -26,7 +26,7 @@ METRIC = {"pipe": ("us_per_op", "us/op", min), "rr": ("throughput_per_s", "round
 
 
 def setting_policy(s):
-    return s.split("_trace")[0]
+    return s.split("_")[0]
 
 
 def med(load, setting, key):

@@ -9,7 +9,8 @@
 #    100 µs where the pipe needs 30 and the timer at most 50), the 150 µs timer, Poisson 2000/s
 #    and the idle guest; ROUNDS interleaved rounds. Poll CPU is the POLL-state residency per CPU over each run.
 #    A setting <policy>_trace<N> is that policy with tuner.steady_trace_every = N (1: the eBPF
-#    programs stay attached while steady, the daemon's behaviour before that key existed).
+#    programs stay attached while steady, the daemon's behaviour before that key existed), and
+#    <policy>..._noprobe the same with probe.rate_hz 0.
 # 2. Load-change runs: pipe → timer → load_rr → idle, CHANGE_SECONDS each, in 1 s chunks, with the
 #    value in force, the poll CPU and the load's latency per chunk; one run per CHANGE_SETTINGS
 #    entry (balanced, and statics run through the same chunks as its baseline), balanced's drawn
@@ -194,11 +195,11 @@ varlink() { python3 "$TMP/varlink.py" "$@"; }
 
 # start_daemon <policy> <tag>: kernel mode, private state and socket; waits for the socket.
 start_daemon() {
-  local policy=$1 tag=$2 extra=${3:-}
+  local policy=$1 tag=$2 extra=${3:-} probe=${4:-10}
   mkdir -p "$TMP/state-$tag"
   cat > "$TMP/haltpolld-$tag.json" <<JSON
 { "mode": "kernel", "sysfs_root": "/", "state_dir": "$TMP/state-$tag",
-  "socket": { "path": "$TMP/sock-$tag" },
+  "socket": { "path": "$TMP/sock-$tag" }, "probe": { "rate_hz": $probe },
   "tuner": { "policy": "$policy" $extra }, "log": { "level": "info" } }
 JSON
   "$DAEMON" -c "$TMP/haltpolld-$tag.json" > "$OUT/daemon-$tag.log" 2>&1 &
@@ -209,11 +210,13 @@ JSON
 }
 
 # start_policy <setting> <tag>: the daemon for a setting "<policy>" or "<policy>_trace<N>".
+# A suffix _noprobe runs it with probe.rate_hz 0 (no probe tasks on the daemon's workers; the
+# halt-exit penalty then stays unmeasured).
 start_policy() {
-  case $1 in
-    *_trace*) start_daemon "${1%%_trace*}" "$2" ", \"steady_trace_every\": ${1##*_trace}" ;;
-    *) start_daemon "$1" "$2" ;;
-  esac
+  local s=$1 probe=10 extra=""
+  case $s in *_noprobe) probe=0; s=${s%_noprobe} ;; esac
+  case $s in *_trace*) extra=", \"steady_trace_every\": ${s##*_trace}"; s=${s%%_trace*} ;; esac
+  start_daemon "$s" "$2" "$extra" "$probe"
 }
 
 # load_cmd <load> <seconds>: the command line of a load running about that long (pipe: loops).
@@ -256,7 +259,7 @@ a, b = [int(x) for x in p0.split()], [int(x) for x in p1.split()]
 per = [(y - x) / 1e4 / secs for x, y in zip(a, b)]
 row["poll_cpu_percent_per_cpu"] = round(sum(per) / len(per), 3) if per else None
 row["poll_cpu_percent_busiest"] = round(max(per), 3) if per else None
-if setting.split("_trace")[0] in ("balanced", "budget", "latency"):
+if setting.split("_")[0] in ("balanced", "budget", "latency"):
     row["daemon_cpu_percent_of_one_cpu"] = round((int(c1) - int(c0)) / 1e9 / secs * 100, 3)
 if stats == "1":
     row["bpf_cpu_percent_of_one_cpu"] = round((int(b1) - int(b0)) / 1e9 / secs * 100, 4)
