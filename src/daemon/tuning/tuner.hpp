@@ -97,8 +97,8 @@ struct TunerParams {
   bool reset_limits = true;
   // While steady the tuner needs the eBPF signals (histograms for the shrink prediction) only now
   // and then: the controller attaches the programs for one tick in this many and detaches them
-  // otherwise, so a converged closed loop does not pay 150-220 ns per idle event (the pipe 8 %,
-  // load_rr 2 % on the real guest). Sweeps and confirmations always have them. 1: always attached.
+  // otherwise, so a converged closed loop does not pay 150-220 ns per idle event (six per pipe
+  // round trip on the real guest). Sweeps and confirmations always have them. 1: always attached.
   std::uint32_t steady_trace_every = 10;
   // The controller carries probe samples over ticks until it has this many.
   std::uint64_t min_latency_samples = 20;
