@@ -34,6 +34,16 @@ CpuRates R(double periods, double halts, double poll_percent, double halt_us) {
 
 using LoadFn = std::function<CpuRates(std::uint32_t cap, int cpu)>;
 
+// A load measured at three points, as the real guest's closed loops were: at cap 0, below `knee`
+// and from `knee` on, the same on every CPU, each with its IPI-skipped count.
+LoadFn three_rungs(std::uint32_t knee, CpuRates at0, double ipi0, CpuRates below, double ipi_below, CpuRates above,
+                   double ipi_above) {
+  at0.ipi = ipi0;
+  below.ipi = ipi_below;
+  above.ipi = ipi_above;
+  return [=](std::uint32_t cap, int) { return cap == 0 ? at0 : cap < knee ? below : above; };
+}
+
 Observation synth(std::uint32_t cap, const LoadFn& load, std::uint64_t tick = 0) {
   Observation o;
   o.tick = tick;
@@ -470,11 +480,7 @@ TEST_CASE("a closed loop over two CPUs is credited its speed-up on both") {
   // one CPU each, ~9000 wake-ups/s per CPU at 0, the trap at 50000, 1.33 x the wake rate from
   // 100000 on at 45 % poll CPU per CPU. Its gain counted once (0.33) plus 18000 IPI-skipped/s at
   // 28.7 us (0.52) fell short of the 0.9 CPU-s/s of polling and the sweep chose 0.
-  LoadFn db = [](std::uint32_t cap, int) {
-    CpuRates r = cap == 0 ? R(9000, 9000, 0, 80) : cap < 100000 ? R(8000, 4000, 23, 60) : R(12000, 20, 45, 20);
-    r.ipi = cap == 0 ? 200 : cap < 100000 ? 4000 : 9000;
-    return r;
-  };
+  LoadFn db = three_rungs(100000, R(9000, 9000, 0, 80), 200, R(8000, 4000, 23, 60), 4000, R(12000, 20, 45, 20), 9000);
   Tuner t;
   auto tr = drive(t, db, 12, 28700.0);
   INFO(tr.log());
@@ -486,11 +492,8 @@ TEST_CASE("a closed loop is held to the fewest halts per wake-up measured, not t
   // The real pipe's sweep (eval-kernel 2026-12-01, 250 ms ticks of a pipe restarted in chunks):
   // 25000 measured 7 % more wake-ups than 400000 on its tick, with 7 x the halts, and then ran
   // 1.3 x slower than 100000 in steady state.
-  LoadFn pipe = [](std::uint32_t cap, int) {
-    CpuRates r = cap == 0 ? R(15600, 15600, 0, 30) : cap < 50000 ? R(94275, 520, 16.5, 20) : R(87713, 76, 19.3, 20);
-    r.ipi = cap == 0 ? 76 : cap < 50000 ? 95081 : 84579;
-    return r;
-  };
+  LoadFn pipe =
+      three_rungs(50000, R(15600, 15600, 0, 30), 76, R(94275, 520, 16.5, 20), 95081, R(87713, 76, 19.3, 20), 84579);
   Tuner t;
   auto tr = drive(t, pipe, 10, 55300.0);
   INFO(tr.log());
@@ -505,11 +508,8 @@ TEST_CASE("a closed loop's rung that halts on 4 % of its wake-ups loses to one a
   // 23.8 % poll; 50000 at 107560/s, 0.35 % halting, 34.6 % poll. The climb stopped at 50000
   // ("polls 10.7 points more without paying"), the choice went to 25000, and the pipe ran 1.5 x
   // slower there than at 100000.
-  LoadFn pipe = [](std::uint32_t cap, int) {
-    CpuRates r = cap == 0 ? R(9648, 9648, 0, 30) : cap < 50000 ? R(58280, 2478, 23.8, 20) : R(53780, 188, 34.6, 20);
-    r.ipi = cap == 0 ? 150 : cap < 50000 ? 53287 : 49802;
-    return r;
-  };
+  LoadFn pipe =
+      three_rungs(50000, R(9648, 9648, 0, 30), 150, R(58280, 2478, 23.8, 20), 53287, R(53780, 188, 34.6, 20), 49802);
   Tuner t;
   auto tr = drive(t, pipe, 10, 20700.0);
   INFO(tr.log());
