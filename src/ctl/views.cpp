@@ -197,9 +197,21 @@ std::string render_status(const json& s) {
   } else {
     out += "kernel:   no haltpoll module parameters (not a KVM guest with cpuidle-haltpoll?)\n";
   }
+  const json& kc = at(at(s, "controller"), "kernel");
+  if (kc.is_object()) {
+    // Whether writing the parameters changes anything here, in plain words, with the remedy.
+    out += kc.value("haltpoll_active", false)
+               ? fmt::format("polling:  yes: cpuidle driver {}, governor {}\n", str(kc, "cpuidle_driver"), str(kc, "cpuidle_governor"))
+               : "polling:  no: " + str(kc, "reason", "no reason given") + '\n';
+  }
   const json& ks = at(s, "kernel_signals");
   if (ks.is_object()) {
-    out += "signals:  " + (ks.value("available", false) ? "cpuidle " + str(ks, "cpuidle") : "none: " + str(ks, "reason", "unknown")) +
+    // The tracepoint counts a driverless guest's periods only where the eBPF program is loaded.
+    const bool from_trace = ks.value("counters", "") == "tracepoint" && at(ks, "bpf").value("present", false);
+    out += "signals:  " +
+           (from_trace ? std::string("idle periods from the power:cpu_idle tracepoint (no cpuidle counters on this guest)")
+            : ks.value("available", false) ? "cpuidle " + str(ks, "cpuidle")
+                                           : "none: " + str(ks, "reason", "unknown")) +
            "; eBPF " +
            (!at(ks, "bpf").value("present", false) ? "absent: " + str(at(ks, "bpf"), "missing_reason")
             : at(ks, "bpf").value("last_tick", true) ? std::string("present")
@@ -352,8 +364,12 @@ std::string render_kernel_stats(const json& stats) {
   out += "\nsignals:\n";
   const json& sig = at(ks, "signals");
   if (sig.is_object())
-    for (auto it = sig.begin(); it != sig.end(); ++it)
-      out += fmt::format("  {:<18} {:<8} {}\n", it.key(), str(*it, "status"), str(*it, "source"));
+    for (auto it = sig.begin(); it != sig.end(); ++it) {
+      // The reason there are no kernel signals at all is printed once, above.
+      const bool as_above = !ks.value("available", false) && at(*it, "source") == at(ks, "reason");
+      out += fmt::format("  {:<18} {:<8} {}\n", it.key(), str(*it, "status"),
+                         as_above ? std::string("(no kernel signals in the last tick: see above)") : str(*it, "source"));
+    }
   return out;
 }
 
@@ -383,18 +399,37 @@ std::string render_kernel_histogram(const json& stats) {
 std::string render_decisions(const json& d, const Screen& screen, bool wrap_reason) {
   const json& list = items(d, "decisions");
   if (list.empty()) return "no decisions yet\n";
-  constexpr const char* row = "{:<8} {:>6} {:<6} {:<6} {:>9} → {:<9} {:<7} {}\n";
+  constexpr const char* row = "{:<8} {:>11} {:<6} {:<6} {:>9} → {:<9} {:<7} {}\n";
   std::string out = fmt::format(row, "TIME", "TICK", "TARGET", "ACTION", "OLD", "NEW", "APPLIED", "REASON");
-  constexpr std::size_t reason_column = 8 + 1 + 6 + 1 + 6 + 1 + 6 + 1 + 9 + 3 + 9 + 1 + 7 + 1;
+  constexpr std::size_t reason_column = 8 + 1 + 11 + 1 + 6 + 1 + 6 + 1 + 9 + 3 + 9 + 1 + 7 + 1;
   const std::size_t reason_width = screen.width > reason_column + 20 ? screen.width - reason_column : 40;
-  for (const auto& e : list) {
-    const std::string applied = e.value("applied_kernel", false) ? "kernel" : e.value("applied_pool", false) ? "pool" : "-";
-    const std::string reason = e.value("reason", std::string("-"));
+  auto applied = [](const json& e) -> std::string {
+    return e.value("applied_kernel", false) ? "kernel" : e.value("applied_pool", false) ? "pool" : "-";
+  };
+  // Two records say the same when everything but their time and tick does: a run of them is one line
+  // with its count and time span (the JSON keeps every tick's record).
+  auto same = [&](const json& a, const json& b) {
+    for (const char* key : {"target", "action", "previous_ns", "guest_halt_poll_ns", "reason"})
+      if (at(a, key) != at(b, key)) return false;
+    return applied(a) == applied(b);
+  };
+  for (std::size_t i = 0; i < list.size();) {
+    std::size_t j = i + 1;
+    while (j < list.size() && same(list[i], list[j])) ++j;
+    const json& e = list[i];
+    const json& last = list[j - 1];
+    std::string reason = e.value("reason", std::string("-"));
+    std::string tick = str(e, "tick");
+    if (j - i > 1) {
+      tick += "-" + str(last, "tick");
+      reason = fmt::format("{} ({} times, {}–{})", reason, j - i, local_time(at(e, "time_ms")), local_time(at(last, "time_ms")));
+    }
     std::vector<std::string> lines = wrap_reason ? wrap(reason, reason_width) : std::vector<std::string>{reason};
     if (lines.empty()) lines.push_back("");
-    out += fmt::format(row, local_time(at(e, "time_ms")), str(e, "tick"), str(e, "target"), str(e, "action"),
-                       human_value(at(e, "previous_ns"), true), human_value(at(e, "guest_halt_poll_ns"), true), applied, lines[0]);
-    for (std::size_t i = 1; i < lines.size(); ++i) out += std::string(reason_column, ' ') + lines[i] + '\n';
+    out += fmt::format(row, local_time(at(e, "time_ms")), tick, str(e, "target"), str(e, "action"),
+                       human_value(at(e, "previous_ns"), true), human_value(at(e, "guest_halt_poll_ns"), true), applied(e), lines[0]);
+    for (std::size_t k = 1; k < lines.size(); ++k) out += std::string(reason_column, ' ') + lines[k] + '\n';
+    i = j;
   }
   return out;
 }

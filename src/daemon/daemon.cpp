@@ -395,7 +395,8 @@ json Daemon::Impl::status() {
   {
     // Which kernel signals the daemon has, and why not: the summary of GetStats' kernel_signals.
     const json ks = kernel_signals_to_json(kernel_signals_, std::nullopt, false);
-    s["kernel_signals"] = {{"available", ks["available"]}, {"reason", ks["reason"]}, {"cpuidle", ks["cpuidle"]}, {"bpf", ks["bpf"]}};
+    s["kernel_signals"] = {{"available", ks["available"]}, {"reason", ks["reason"]}, {"counters", ks["counters"]},
+                           {"cpuidle", ks["cpuidle"]}, {"bpf", ks["bpf"]}};
   }
   json pool = nullptr;
   if (pool_) {

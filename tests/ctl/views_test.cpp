@@ -147,3 +147,49 @@ TEST_CASE("decisions: reasons wrap under their column on a terminal") {
   CHECK(line_count(flat) == 2);
   CHECK(render_decisions({{"decisions", json::array()}}, {}, true) == "no decisions yet\n");
 }
+
+TEST_CASE("decisions: a run of identical decisions is one line with its count and time span") {
+  auto hold = [](int tick, const char* reason) {
+    return json{{"tick", tick},          {"time_ms", 1764580000000 + 1000LL * tick}, {"target", "pool"},
+                {"action", "hold"},      {"previous_ns", 200000},                   {"guest_halt_poll_ns", 200000},
+                {"applied_kernel", false}, {"applied_pool", false},                 {"reason", reason}};
+  };
+  json list = json::array();
+  for (int t = 1; t <= 23; ++t) list.push_back(hold(t, "nothing to tune"));
+  list.push_back(hold(24, "something else"));
+  list.push_back(hold(25, "nothing to tune"));
+  const std::string out = render_decisions({{"decisions", list}}, {200, 40}, false);
+  INFO(out);
+  // Header, the run of 23, the different one, and the lone repeat after it (a run is consecutive).
+  CHECK(line_count(out) == 4);
+  CHECK(out.find("1-23") != std::string::npos);
+  CHECK(out.find("(23 times, ") != std::string::npos);
+  CHECK(out.find("(1 times") == std::string::npos);
+  // A change of value is never folded into a hold, even with the same reason.
+  list = json::array({hold(1, "r"), hold(2, "r")});
+  list[1]["action"] = "grow";
+  list[1]["guest_halt_poll_ns"] = 400000;
+  CHECK(line_count(render_decisions({{"decisions", list}}, {200, 40}, false)) == 3);
+}
+
+TEST_CASE("status: whether this guest's kernel polls, in plain words with the remedy") {
+  json s = {{"version", "0.1.0"}, {"pid", 1}, {"uptime_seconds", 3.0}, {"mode", "observe"}, {"requested_mode", "observe"},
+            {"mode_reason", "observe requested by the configuration"}, {"kernel", {{"present", true}}}};
+  s["controller"]["kernel"] = {{"haltpoll_active", false},
+                               {"reason", "this guest's kernel does not poll: cpuidle current_driver is 'none'"}};
+  s["kernel_signals"] = {{"available", false},
+                         {"counters", "tracepoint"},
+                         {"reason", "no cpuidle states"},
+                         {"bpf", {{"present", true}, {"last_tick", false}, {"detached_reason", "nothing to tune"}}}};
+  std::string out = render_status(s);
+  INFO(out);
+  CHECK(out.find("polling:  no: this guest's kernel does not poll") != std::string::npos);
+  CHECK(out.find("signals:  idle periods from the power:cpu_idle tracepoint") != std::string::npos);
+  CHECK(out.find("present, detached: nothing to tune") != std::string::npos);
+  // Without eBPF the tracepoint counts nothing: the reason is shown instead.
+  s["kernel_signals"]["bpf"] = {{"present", false}, {"missing_reason", "not the running kernel"}};
+  out = render_status(s);
+  CHECK(out.find("signals:  none: no cpuidle states; eBPF absent: not the running kernel") != std::string::npos);
+  s["controller"]["kernel"] = {{"haltpoll_active", true}, {"cpuidle_driver", "haltpoll"}, {"cpuidle_governor", "haltpoll"}};
+  CHECK(render_status(s).find("polling:  yes: cpuidle driver haltpoll, governor haltpoll") != std::string::npos);
+}

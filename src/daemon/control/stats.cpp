@@ -159,12 +159,17 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
   // Present: the program is loaded, whether or not it was attached for the last tick.
   const bool bpf_attached = last.periods.has_value() || any_limit || any_ipi;
   const bool bpf_present = bpf_attached || !last.bpf_detached.empty();
-  const std::string bpf_why = bpf_present ? std::string()
-                              : !last.bpf_missing.empty() ? last.bpf_missing
-                                                          : std::string("no tick has reported the eBPF signals yet");
+  // Why an eBPF signal is missing from the last tick: never empty, so that no reason reads blank.
+  const std::string bpf_why = !bpf_present ? (!last.bpf_missing.empty() ? last.bpf_missing
+                                                                        : std::string("no tick has reported the eBPF signals yet"))
+                              : !bpf_attached ? "the program was detached for the last tick (" + last.bpf_detached + ")"
+                                              : std::string("attached, but the tracepoint did not fire in the last tick");
   std::string unavailable;
   if (k.tick == 0) unavailable = "no tick sampled yet";
   else if (!available) unavailable = k.cpuidle_status.empty() ? "no cpuidle counters in the last tick" : k.cpuidle_status;
+  const bool from_trace = last.counters == KernelSignals::Counters::tracepoint;
+  if (from_trace && !available && !last.bpf_detached.empty())
+    unavailable += "; the last tick was not one of them (" + last.bpf_detached + ")";
 
   // Rates of one CPU's tick, or of the tick summed over the CPUs.
   auto rates = [&](const CpuKernelTotals& c, double cpu_cap) {
@@ -244,9 +249,11 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
   auto from_bpf = [&](bool have, std::string source) {
     return have ? signal("exact", std::move(source)) : signal("missing", "eBPF: " + bpf_why);
   };
-  signals["poll_entries"] = counted("cpuidle POLL usage");
-  signals["halts"] = counted("cpuidle usage of the other states");
-  signals["poll_cpu_percent"] = counted("cpuidle POLL time / tick length");
+  signals["poll_entries"] = counted(from_trace ? "eBPF power:cpu_idle entries into POLL" : "cpuidle POLL usage");
+  signals["halts"] = counted(from_trace ? "eBPF power:cpu_idle, every idle entry (no cpuidle driver)"
+                                        : "cpuidle usage of the other states");
+  signals["poll_cpu_percent"] = counted(from_trace ? "eBPF power:cpu_idle POLL residency / tick length"
+                                                   : "cpuidle POLL time / tick length");
   if (!available) {
     signals["poll_hits"] = signal("missing", no_cpuidle);
   } else if (all_exact) {
@@ -273,6 +280,7 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
 
   return {{"available", available},
           {"reason", unavailable.empty() ? json(nullptr) : json(unavailable)},
+          {"counters", last.counters == KernelSignals::Counters::tracepoint ? "tracepoint" : "cpuidle"},
           {"cpuidle", k.cpuidle_status},
           {"tick", k.tick},
           {"elapsed_ns", last.elapsed_ns},

@@ -1,6 +1,7 @@
 #include "sysfs/actuator.hpp"
 
 #include "sysfs/file_io.hpp"
+#include "tuning/observation.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -53,11 +54,12 @@ KernelHaltpollState SysfsHaltpollParams::detect() const {
   if (!s.params_present) {
     why = fmt::format("{} does not exist (the haltpoll governor is neither built in nor loaded)", params_dir());
   } else if (s.driver.empty() || s.driver == "none") {
-    why = fmt::format("cpuidle current_driver is '{}' (cpuidle-haltpoll did not register, so no cpuidle states "
-                      "exist and the haltpoll parameters do not reach the idle path)",
+    why = fmt::format("this guest's kernel does not poll: cpuidle current_driver is '{}' (no cpuidle driver is "
+                      "registered, so the haltpoll parameters reach no idle path)",
                       s.driver.empty() ? "unreadable" : s.driver);
     if (!s.governor.empty() && s.governor != "haltpoll")
-      why += fmt::format("; current_governor is '{}', not 'haltpoll'", s.governor);
+      why += fmt::format(" and current_governor is '{}', not 'haltpoll'", s.governor);
+    why += fmt::format("; {}", kHowToEnableHaltpoll);
   } else if (s.governor != "haltpoll") {
     why = fmt::format("cpuidle current_governor is '{}', not 'haltpoll' (driver '{}')",
                       s.governor.empty() ? "unreadable" : s.governor, s.driver);

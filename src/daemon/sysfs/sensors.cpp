@@ -135,6 +135,26 @@ std::optional<ProcStatTimes> Sensors::read_proc_stat() const {
   return out;
 }
 
+namespace {
+
+// The eBPF program's view of one CPU's tick: exact outcomes, IPI skips and the governor's limit,
+// and the tick's idle periods added to the histograms.
+void apply_trace(CpuKernelSignals& k, const IdleCpuStats& d, IdlePeriodHistograms& h) {
+  k.poll_hits = d.poll_hits;
+  k.poll_misses = d.poll_timeouts;
+  k.outcomes_exact = true;
+  k.ipi_skipped = d.ipi_skipped;
+  k.poll_limit_ns = d.poll_limit_ns;
+  k.limit_grows = d.grows;
+  k.limit_shrinks = d.shrinks;
+  h.poll_hit.merge(d.poll_hit);
+  h.poll_halt.merge(d.poll_halt);
+  h.halt.merge(d.halt);
+  h.halt_residency.merge(d.halt_residency);
+}
+
+}  // namespace
+
 CpuKernelSignals derive_kernel_signals(const CpuIdleDelta& d) {
   CpuKernelSignals k;
   k.cpu = d.cpu;
@@ -234,11 +254,17 @@ Observation Sensors::sample(std::uint64_t now_ns) {
   }
   cpuidle_available_ = any_idle;
   if (!any_idle) {
-    cpuidle_status_ = cpus_.empty()
-                          ? "no CPUs to read"
-                          : fmt::format("no cpuidle states under {}sys/devices/system/cpu/cpu{}/cpuidle "
-                                        "(no cpuidle driver registered): poll CPU cannot be measured",
-                                        root_, cpus_.front());
+    if (cpus_.empty()) {
+      cpuidle_status_ = "no CPUs to read";
+    } else {
+      obs.kernel.counters = KernelSignals::Counters::tracepoint;
+      cpuidle_status_ = fmt::format(
+          "no cpuidle states under {}sys/devices/system/cpu/cpu{}/cpuidle: no cpuidle driver is registered, so "
+          "this guest's kernel halts on every idle entry and does not poll; {}",
+          root_, cpus_.front(),
+          trace_ ? "its idle periods are counted by the power:cpu_idle tracepoint on the ticks eBPF is attached for"
+                 : "without eBPF (" + bpf_missing_ + ") its idle periods are not counted");
+    }
   } else {
     cpuidle_status_ = "states " + names;
   }
@@ -256,24 +282,32 @@ Observation Sensors::sample(std::uint64_t now_ns) {
     const bool whole = trace_whole_tick_ && trace_->attached();
     trace_whole_tick_ = trace_->attached();
     if (!whole) obs.kernel.bpf_detached = trace_->attached() ? "eBPF programs attached during the tick" : detached_why_;
+    auto tick_of = [&](int cpu) -> std::optional<IdleCpuStats> {
+      const auto c = static_cast<std::size_t>(cpu);
+      if (c >= now->cpus.size() || c >= last_trace_->cpus.size()) return std::nullopt;
+      return now->cpus[c].minus(last_trace_->cpus[c]);
+    };
     if (whole && !obs.kernel.cpus.empty()) {
+      // The program sees every period's outcome; the counters' derivation is replaced.
       IdlePeriodHistograms h;
-      for (auto& k : obs.kernel.cpus) {
-        const auto c = static_cast<std::size_t>(k.cpu);
-        if (c >= now->cpus.size() || c >= last_trace_->cpus.size()) continue;
-        const IdleCpuStats d = now->cpus[c].minus(last_trace_->cpus[c]);
-        // The program sees every period's outcome; the counters' derivation is replaced.
-        k.poll_hits = d.poll_hits;
-        k.poll_misses = d.poll_timeouts;
-        k.outcomes_exact = true;
-        k.ipi_skipped = d.ipi_skipped;
-        k.poll_limit_ns = d.poll_limit_ns;
-        k.limit_grows = d.grows;
-        k.limit_shrinks = d.shrinks;
-        h.poll_hit.merge(d.poll_hit);
-        h.poll_halt.merge(d.poll_halt);
-        h.halt.merge(d.halt);
-        h.halt_residency.merge(d.halt_residency);
+      for (auto& k : obs.kernel.cpus)
+        if (auto d = tick_of(k.cpu)) apply_trace(k, *d, h);
+      obs.kernel.periods = std::move(h);
+    } else if (whole && !any_idle && elapsed > 0) {
+      // No cpuidle driver: the tracepoint is the only count of this guest's idle periods. Its kernel
+      // does not poll, so every period should be a halt; the counts say so rather than assume it.
+      IdlePeriodHistograms h;
+      for (int cpu : cpus_) {
+        const auto d = tick_of(cpu);
+        if (!d) continue;
+        CpuKernelSignals k;
+        k.cpu = cpu;
+        k.poll_entries = d->poll_entries;
+        k.poll_ns = d->poll_ns;
+        k.halts = d->halts;
+        k.halt_ns = d->halt_ns;
+        apply_trace(k, *d, h);
+        obs.kernel.cpus.push_back(k);
       }
       obs.kernel.periods = std::move(h);
     }

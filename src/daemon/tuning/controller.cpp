@@ -278,10 +278,12 @@ Decision Controller::tick() {
   // The eBPF programs only on the ticks the tuner uses them (TunerParams::steady_trace_every);
   // called right after the sample, so the next tick has them whole.
   const bool want_trace = tuner_.wants_kernel_trace();
+  const char* why_detached = obs.kernel.counters == KernelSignals::Counters::tracepoint
+                                 ? "nothing to tune, the kernel does not poll: attached for one tick in {} to count "
+                                   "the idle periods"
+                                 : "the tuner is steady: attached for one tick in {}";
   sensors_->set_idle_trace_attached(
-      want_trace, want_trace ? std::string()
-                             : fmt::format("the tuner is steady: attached for one tick in {}",
-                                           options_.tuner.steady_trace_every));
+      want_trace, want_trace ? std::string() : fmt::format(fmt::runtime(why_detached), options_.tuner.steady_trace_every));
 
   DecisionRecord e{d, unix_ms(), target_name(t), obs.latency_samples, std::string(tuner_.phase()), obs.halt_exit_penalty_ns};
   log_.push_back(std::move(e));

@@ -65,9 +65,23 @@ struct IdlePeriodHistograms {
   haltpoll::LatencyHistogram halt_residency;  // every halt's residency (block_ns of the governor)
 };
 
+// What makes the kernel of a guest that registered no cpuidle driver poll at all: said wherever the
+// daemon reports such a guest (status, decisions), so that the reader learns the remedy where the
+// symptom is shown.
+inline constexpr const char* kHowToEnableHaltpoll =
+    "the cpuidle-haltpoll driver would make it poll: it registers on KVM when the host gives the realtime "
+    "hint (KVM_HINTS_REALTIME, QEMU's kvm-hint-dedicated=on, set by KubeVirt for dedicated CPUs) or when the "
+    "guest boots with cpuidle_haltpoll.force=1";
+
 struct KernelSignals {
+  // Where the per-CPU counts come from. cpuidle: the sysfs counters of the cpuidle states, exact on
+  // every tick. tracepoint: the guest registered no cpuidle driver, so there are no such counters and
+  // its kernel halts on every idle entry without polling; the eBPF program on power:cpu_idle still
+  // counts every idle period, on the ticks it was attached for whole (the others carry no CPUs).
+  enum class Counters { cpuidle, tracepoint };
+  Counters counters = Counters::cpuidle;
   std::uint64_t elapsed_ns = 0;
-  std::vector<CpuKernelSignals> cpus;  // empty when the guest has no cpuidle states
+  std::vector<CpuKernelSignals> cpus;  // empty when neither cpuidle states nor the tracepoint counted
   std::optional<IdlePeriodHistograms> periods;  // empty without eBPF
   // Why the eBPF signals are missing ("" when present), for status and the decision log.
   std::string bpf_missing;

@@ -643,9 +643,13 @@ Decision Tuner::decide_step(const Observation& obs) {
     const std::uint32_t to = std::clamp(params_.static_ns, params_.min_ns, params_.max_ns);
     return move(std::move(d), Action::set, to, fmt::format("static policy: {} ns", to));
   }
-  if (!obs.kernel.available())
+  if (obs.kernel.counters == KernelSignals::Counters::tracepoint)
     return move(std::move(d), Action::hold, current_,
-                "no kernel idle counters (no cpuidle states on this guest): not moving");
+                fmt::format("nothing to tune: this guest's kernel does not poll (no cpuidle driver is registered, "
+                            "so guest_halt_poll_ns reaches no idle path); {}",
+                            kHowToEnableHaltpoll));
+  if (!obs.kernel.available())
+    return move(std::move(d), Action::hold, current_, "no kernel idle counters in this tick: not moving");
 
   if (obs.steal_percent && *obs.steal_percent > params_.steal_backoff_percent) {
     // A contended host comes first: polling vCPUs take time from whoever waits for the pCPU.

@@ -114,6 +114,11 @@ TEST_CASE("no cpuidle driver: no poll-CPU signal, and the status says why") {
   CHECK(o.cpuidle.empty());
   CHECK(!s.cpuidle_available());
   CHECK(s.cpuidle_status().find("no cpuidle states") != std::string::npos);
+  // Such a guest's kernel halts without polling; on a fake tree there is no eBPF to count its periods.
+  CHECK(o.kernel.counters == KernelSignals::Counters::tracepoint);
+  CHECK(!o.kernel.available());
+  CHECK(s.cpuidle_status().find("does not poll") != std::string::npos);
+  CHECK(s.cpuidle_status().find("not counted") != std::string::npos);
   REQUIRE(o.steal_percent);  // /proc/stat still works
   CHECK(*o.steal_percent == Approx(0.0));
 }

@@ -1,8 +1,11 @@
 // Sensors with the real eBPF program on the running kernel (read-only: the cpuidle counters and
 // the program's maps; nothing is written to the haltpoll parameters). A tick carries the eBPF
-// signals only when the programs were attached from its start to its end. Needs root, like
-// tests/bpf; CI runs it as root.
+// signals only when the programs were attached from its start to its end. On a guest with a cpuidle
+// driver they refine the cpuidle counters; on a guest without one they are the only count of the
+// idle periods, every one a halt. Needs root, like tests/bpf; CI runs it as root.
 #include "sysfs/sensors.hpp"
+
+#include "guest_kind.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -35,25 +38,43 @@ bool has_ebpf(const Observation& o) {
 }  // namespace
 
 TEST_CASE("Sensors: eBPF signals only for ticks the programs were attached for, whole", "[bpf]") {
+  const auto kind = testsupport::host_guest_kind();
+  INFO("this machine: " << testsupport::to_string(kind));
   Sensors s("/", {});
-  // Without cpuidle states the sensors have no per-CPU signals to carry the eBPF fields.
-  INFO("cpuidle: " << s.cpuidle_status());
-  REQUIRE(s.read_cpuidle(s.cpus().front()));
+  // The kind of guest decides where the per-CPU counts come from.
+  CHECK(s.read_cpuidle(s.cpus().front()).has_value() == (kind == testsupport::GuestKind::haltpoll_driver));
+  const auto counters = kind == testsupport::GuestKind::haltpoll_driver ? KernelSignals::Counters::cpuidle
+                                                                         : KernelSignals::Counters::tracepoint;
   INFO("eBPF: " << s.kernel_signals_missing());
   REQUIRE(s.enable_idle_trace());
   REQUIRE(s.idle_trace_attached());
   s.sample(now_ns());  // primes
   some_idle();
   const Observation attached = s.sample(now_ns());
+  INFO("cpuidle: " << s.cpuidle_status());
+  CHECK(attached.kernel.counters == counters);
+  REQUIRE(attached.kernel.available());
   CHECK(has_ebpf(attached));
   CHECK(attached.kernel.bpf_detached.empty());
+  if (kind == testsupport::GuestKind::no_driver) {
+    // This kernel does not poll: the tracepoint sees every idle entry as a halt, and says so.
+    CHECK(s.cpuidle_status().find("does not poll") != std::string::npos);
+    CHECK(attached.kernel.total(&CpuKernelSignals::poll_entries) == 0);
+    CHECK(attached.kernel.total(&CpuKernelSignals::poll_ns) == 0);
+    CHECK(attached.kernel.total(&CpuKernelSignals::halts) > 0);
+    CHECK(attached.cpuidle.empty());
+    CHECK(!attached.poll_cpu_percent);
+  }
 
   REQUIRE(s.set_idle_trace_attached(false, "steady"));
   CHECK(!s.idle_trace_attached());
   CHECK(s.kernel_signals_status().find("detached: steady") != std::string::npos);
   some_idle();
   const Observation detached = s.sample(now_ns());
-  REQUIRE(detached.kernel.available());
+  CHECK(detached.kernel.counters == counters);
+  // Detached, a driverless guest has no count of its idle periods at all; a haltpoll one keeps the
+  // cpuidle counters.
+  CHECK(detached.kernel.available() == (kind == testsupport::GuestKind::haltpoll_driver));
   CHECK(!has_ebpf(detached));
   CHECK(!detached.kernel.periods);
   for (const auto& c : detached.kernel.cpus) {

@@ -641,6 +641,38 @@ TEST_CASE("no kernel counters: hold with the reason") {
   CHECK(d.reason.find("no kernel idle counters") != std::string::npos);
 }
 
+TEST_CASE("a guest whose kernel does not poll: hold, say so and say what would make it poll") {
+  Tuner t(TunerParams{}, 200000);
+  Observation o;
+  o.current_ns = 200000;
+  o.elapsed_ns = 1'000'000'000;
+  o.kernel.elapsed_ns = o.elapsed_ns;
+  o.kernel.counters = KernelSignals::Counters::tracepoint;
+  // Frequent halts, which on a haltpoll guest would start a sweep: here no value can change them.
+  for (int c = 0; c < 2; ++c) {
+    CpuKernelSignals k;
+    k.cpu = c;
+    k.halts = 30000;
+    k.halt_ns = 600'000'000;
+    k.outcomes_exact = true;
+    o.kernel.cpus.push_back(k);
+  }
+  for (int tick = 1; tick <= 5; ++tick) {
+    o.tick = static_cast<std::uint64_t>(tick);
+    auto d = t.decide(o);
+    CHECK(d.action == Action::hold);
+    CHECK(d.guest_halt_poll_ns == 200000);
+    CHECK(d.reason.find("does not poll") != std::string::npos);
+    CHECK(d.reason.find("cpuidle_haltpoll.force=1") != std::string::npos);
+  }
+  CHECK(!t.sweeping());
+  // The same halts from cpuidle counters are a load worth sweeping.
+  o.kernel.counters = KernelSignals::Counters::cpuidle;
+  o.tick = 6;
+  t.decide(o);
+  CHECK(t.sweeping());
+}
+
 TEST_CASE("grow_start follows a small cap only when managed") {
   TunerParams p;
   Tuner t(p);
