@@ -8,7 +8,9 @@
       file named after such a thing (docs/eval-kernel-...-s6/).
 
   check_docs.py names SOURCE_DIR
-      Every configuration key, varlink method or error and Prometheus metric that docs/*.md,
+      Every relative link of the Markdown files under docs/ and of README.md and NEWS.md, and every
+      `docs/...` path they quote, exists. Every configuration key, varlink method or error and
+      Prometheus metric that docs/*.md,
       README.md and the man pages name exists in the code: the schema in src/daemon/config.cpp
       (plus the kernel parameters of HALTPOLL_PARAMS), the IDL in
       src/daemon/control/control_service.cpp and src/varlink/varlink.cpp, and the families that
@@ -36,7 +38,8 @@ PROCESS_WORDS = [
     (re.compile(r"\bissue\s+item\b", re.I), "a tracker issue item"),
     (re.compile(r"\bthe\s+issue\b", re.I), "\"the issue\""),
 ]
-# A file or directory named after a numbered round of work (load-change-s5.png, ...-s6/).
+# A file or directory named after a numbered round of work (plot-s5.png, eval-...-s6/) rather than
+# by the date and time of what it holds.
 PROCESS_FILE_NAME = re.compile(r"(^|[-_])(s|session)\d+($|[-_.])", re.I)
 
 
@@ -166,10 +169,34 @@ def doc_files(src):
     return files
 
 
+MD_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+QUOTED_DOCS_PATH = re.compile(r"`(docs/[^`\s*<>]+)`")
+
+
+def check_paths(src):
+    findings = []
+    files = [os.path.join(src, "README.md"), os.path.join(src, "NEWS.md")]
+    for dirpath, _, filenames in os.walk(os.path.join(src, "docs")):
+        files += [os.path.join(dirpath, f) for f in filenames if f.endswith(".md")]
+    for path in sorted(files):
+        rel = os.path.relpath(path, src)
+        for n, line in enumerate(read_lines(path), 1):
+            for m in MD_LINK.finditer(line):
+                target = m.group(1)
+                if "://" in target or target.startswith("mailto:"):
+                    continue
+                if not os.path.exists(os.path.normpath(os.path.join(os.path.dirname(path), target))):
+                    findings.append(f"{rel}:{n}: link to {target}, which does not exist")
+            for m in QUOTED_DOCS_PATH.finditer(line):
+                if not os.path.exists(os.path.join(src, m.group(1))):
+                    findings.append(f"{rel}:{n}: {m.group(1)} does not exist")
+    return findings
+
+
 def check_names(src):
     keys, methods, metrics = config_keys(src), varlink_names(src), metric_names(src)
     records = set(re.findall(r"record:\s*(\S+)", read(src, "contrib/prometheus/haltpolld.rules.yml")))
-    findings = []
+    findings = check_paths(src)
     for path in doc_files(src):
         rel = os.path.relpath(path, src)
         for n, raw in enumerate(read_lines(path), 1):
