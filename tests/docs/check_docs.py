@@ -2,7 +2,8 @@
 """Checks on the repository's text, run by ctest (tests/docs/CMakeLists.txt).
 
   check_docs.py wording SOURCE_DIR
-      The docs, README, NEWS, sources, benchmarks, scripts, man pages and contrib files speak of
+      The docs, README, NEWS, sources, headers, benchmarks, scripts, man pages, contrib, the
+      sample configuration, the unit and the CMake files speak of
       the software and of dated measurements, not of how the work on it was organised: no
       "session", no "helper", no tracker references ("issue 13", "the issue", "tracker"), and no
       file named after such a thing (docs/eval-kernel-...-s6/).
@@ -25,7 +26,8 @@ import os
 import re
 import sys
 
-WORDING_ROOTS = ["docs", "README.md", "NEWS.md", "src", "bench", "scripts", "man", "contrib"]
+WORDING_ROOTS = ["docs", "README.md", "NEWS.md", "src", "include", "bench", "scripts", "man", "contrib", "config",
+                 "systemd", "cmake", "CMakeLists.txt"]
 BINARY_EXTS = {".png", ".xz", ".gz", ".svg", ".ico", ".pdf", ".o", ".a", ".so"}
 
 # Whole words only: "bpf_helpers.h" (libbpf's header) and CMake's "CMakePackageConfigHelpers"
@@ -63,6 +65,9 @@ def read_lines(path):
 
 def check_wording(src):
     findings = []
+    for must in ("docs", "src", "README.md"):
+        if not os.path.exists(os.path.join(src, must)):
+            return [f"{src}: no {must}; not the source tree"]
     for root in WORDING_ROOTS:
         top = os.path.join(src, root)
         if not os.path.isdir(top):
