@@ -5,7 +5,7 @@
 #pragma once
 
 #include "config.hpp"
-#include "control/interface.hpp"
+#include "varlink/io_haltpolld.hpp"
 #include "control/stats.hpp"
 #include "varlink/varlink.hpp"
 

@@ -7,7 +7,7 @@
 #pragma once
 
 #include "sysfs/kernel_params.hpp"
-#include "tuning/observation.hpp"
+#include "signals/kernel_signals.hpp"
 
 #include <haltpoll/worker_pool.hpp>
 
