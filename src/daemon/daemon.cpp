@@ -471,11 +471,9 @@ int Daemon::Impl::run() {
     pool_ = std::make_unique<haltpoll::WorkerPool>(po);
     for (const auto& [cpu, reason] : pool_->pin_failures()) spdlog::warn("worker of CPU {} runs unpinned: {}", cpu, reason);
     // The real kernel's edges: its files under sysfs_root, the originals in the state directory.
-    SysfsEdgeOptions edges;
-    edges.sysfs_root = config_.sysfs_root;
-    edges.state_dir = effective_state_dir(config_);
-    for (unsigned cpu : cpus_) edges.cpus.push_back(static_cast<int>(cpu));
-    controller_ = std::make_unique<Controller>(controller_options(config_), sysfs_edges(edges), pool_.get());
+    ControllerOptions co = controller_options(config_);
+    GuestEdges edges = sysfs_edges(config_.sysfs_root, effective_state_dir(config_), co.cpus);
+    controller_ = std::make_unique<Controller>(std::move(co), std::move(edges), pool_.get());
     controller_->start();
     register_control_interface(registry_, *this);
     server_ = std::make_unique<ControlServer>(io_, registry_, server_opts);

@@ -18,13 +18,14 @@ std::int64_t SystemClock::unix_ms() const {
       .count();
 }
 
-GuestEdges sysfs_edges(const SysfsEdgeOptions& options) {
-  auto sensors = std::make_shared<Sensors>(options.sysfs_root, options.cpus);
+GuestEdges sysfs_edges(const std::string& sysfs_root, const std::string& state_dir, std::vector<int> cpus,
+                       bool kernel_signals) {
+  auto sensors = std::make_shared<Sensors>(sysfs_root, std::move(cpus));
   // The eBPF signals (exact outcomes, IPI skips, per-CPU limits, idle-period histograms) where the
   // kernel allows them; without them the counters alone drive the tuner and status says why.
-  if (options.kernel_signals) sensors->enable_idle_trace();
+  if (kernel_signals) sensors->enable_idle_trace();
   return {std::move(sensors),
-          std::make_shared<SysfsHaltpollParams>(options.sysfs_root, haltpoll_state_file(options.state_dir)),
+          std::make_shared<SysfsHaltpollParams>(sysfs_root, haltpoll_state_file(state_dir)),
           std::make_shared<SystemClock>()};
 }
 

@@ -20,13 +20,7 @@ class SystemClock final : public Clock {
   std::int64_t unix_ms() const override;
 };
 
-struct SysfsEdgeOptions {
-  std::string sysfs_root = "/";
-  std::string state_dir = "/run/haltpolld";
-  std::vector<int> cpus;
-  bool kernel_signals = true;
-};
-
-GuestEdges sysfs_edges(const SysfsEdgeOptions& options);
+GuestEdges sysfs_edges(const std::string& sysfs_root, const std::string& state_dir, std::vector<int> cpus = {},
+                       bool kernel_signals = true);
 
 }  // namespace haltpolld

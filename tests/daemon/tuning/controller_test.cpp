@@ -53,7 +53,7 @@ class FakePool final : public PoolAccess {
   mutable std::uint64_t reads_ = 0;
 };
 
-ControllerOptions opts(const FakeSysfs& fs, const TempDir& dir, bool kernel) {
+ControllerOptions opts(bool kernel) {
   ControllerOptions o;
   o.kernel_mode = kernel;
   o.probe_rate_hz = 0;
@@ -67,7 +67,7 @@ ControllerOptions opts(const FakeSysfs& fs, const TempDir& dir, bool kernel) {
 TEST_CASE("kernel mode on a haltpoll guest writes, and stop() restores") {
   FakeSysfs fs;
   TempDir dir;
-  Controller c(opts(fs, dir, true), sysfs_edges({fs.root(), dir.path()}), std::unique_ptr<PoolAccess>{});
+  Controller c(opts(true), sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   auto d = c.tick();
   CHECK(d.guest_halt_poll_ns == 30000);
@@ -91,7 +91,7 @@ TEST_CASE("kernel mode on a haltpoll guest writes, and stop() restores") {
 TEST_CASE("observe mode decides but never writes") {
   FakeSysfs fs;
   TempDir dir;
-  Controller c(opts(fs, dir, false), sysfs_edges({fs.root(), dir.path()}), std::unique_ptr<PoolAccess>{});
+  Controller c(opts(false), sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   auto d = c.tick();
   CHECK(d.guest_halt_poll_ns == 30000);
@@ -110,7 +110,7 @@ TEST_CASE("driver none: kernel mode is inactive with the precise reason and the 
   TempDir dir;
   auto pool = std::make_unique<FakePool>();
   auto* raw = pool.get();
-  Controller c(opts(fs, dir, true), sysfs_edges({fs.root(), dir.path()}), std::move(pool));
+  Controller c(opts(true), sysfs_edges(fs.root(), dir.path()), std::move(pool));
   c.start();
   auto d = c.tick();
   CHECK(!d.applied_kernel);
@@ -129,8 +129,8 @@ TEST_CASE("driver none: kernel mode is inactive with the precise reason and the 
 TEST_CASE("a failed write degrades to observe with the reason and a reload retries") {
   FakeSysfs fs;
   TempDir dir;
-  auto o = opts(fs, dir, true);
-  Controller c(o, sysfs_edges({fs.root(), dir.path()}), std::unique_ptr<PoolAccess>{});
+  auto o = opts(true);
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   REQUIRE(c.tick().applied_kernel);
   std::filesystem::remove(fs.params_dir() + "/guest_halt_poll_ns");
@@ -152,8 +152,8 @@ TEST_CASE("a failed write degrades to observe with the reason and a reload retri
 TEST_CASE("turning kernel mode off by reload restores the originals") {
   FakeSysfs fs;
   TempDir dir;
-  auto o = opts(fs, dir, true);
-  Controller c(o, sysfs_edges({fs.root(), dir.path()}), std::unique_ptr<PoolAccess>{});
+  auto o = opts(true);
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   c.tick();
   REQUIRE(fs.param("guest_halt_poll_ns") == "30000");
@@ -166,9 +166,9 @@ TEST_CASE("turning kernel mode off by reload restores the originals") {
 TEST_CASE("the decision log is a bounded ring, newest last") {
   FakeSysfs fs;
   TempDir dir;
-  auto o = opts(fs, dir, false);
+  auto o = opts(false);
   o.decision_log_size = 3;
-  Controller c(o, sysfs_edges({fs.root(), dir.path()}), std::unique_ptr<PoolAccess>{});
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   for (int i = 0; i < 5; ++i) c.tick();
   auto log = decisions_to_json(c.decisions());
@@ -181,9 +181,9 @@ TEST_CASE("the decision log is a bounded ring, newest last") {
 TEST_CASE("with probes, latencies reach the observation") {
   FakeSysfs fs;
   TempDir dir;
-  auto o = opts(fs, dir, false);
+  auto o = opts(false);
   o.probe_rate_hz = 2000;
-  Controller c(o, sysfs_edges({fs.root(), dir.path()}), std::make_unique<FakePool>());
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::make_unique<FakePool>());
   c.start();
   // Ticks until one has samples: the prober thread's first probes may be late on a loaded machine.
   nlohmann::json s;
@@ -202,10 +202,10 @@ TEST_CASE("with probes, latencies reach the observation") {
 TEST_CASE("kernel mode with manage_grow_start writes grow_start next to a small cap and restores it") {
   FakeSysfs fs;
   TempDir dir;
-  auto o = opts(fs, dir, true);
+  auto o = opts(true);
   o.tuner.static_ns = 25000;
   o.tuner.manage_grow_start = true;
-  Controller c(o, sysfs_edges({fs.root(), dir.path()}), std::unique_ptr<PoolAccess>{});
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   auto d = c.tick();
   CHECK(d.guest_halt_poll_ns == 25000);
@@ -224,9 +224,9 @@ TEST_CASE("kernel mode with manage_grow_start writes grow_start next to a small 
 TEST_CASE("a busy guest starts a sweep, and the controller says it is searching (the daemon ticks faster)") {
   FakeSysfs fs;
   TempDir dir;
-  auto o = opts(fs, dir, false);
+  auto o = opts(false);
   o.tuner.policy = Policy::balanced;
-  Controller c(o, sysfs_edges({fs.root(), dir.path()}), std::unique_ptr<PoolAccess>{});
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   CHECK(!c.searching());
   // Frequent halts on both CPUs: 2000 per tick, 100 µs each.
@@ -240,7 +240,7 @@ TEST_CASE("a busy guest starts a sweep, and the controller says it is searching 
 TEST_CASE("hardening: kernel mode comes back on the next tick once the refused state file is removed or repaired") {
   FakeSysfs fs;
   TempDir dir;
-  Controller c(opts(fs, dir, true), sysfs_edges({fs.root(), dir.path()}), std::unique_ptr<PoolAccess>{});
+  Controller c(opts(true), sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   const std::string state = c.state_file();
   std::ofstream(state) << "{\"version\": 2}\n";  // in the private directory, but not a file to apply
   c.start();

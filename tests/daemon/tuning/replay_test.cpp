@@ -8,7 +8,7 @@
 // histograms of the slice's residencies and an IPI-skipped count (the recordings have none: it is
 // filled from the real guest's perf counts, README §5: a pipe's poll hits are remote wake-ups, a
 // timer's are not) and a halt-exit penalty of 20 µs.
-#include "signals/kernel_signals.hpp"
+#include "sysfs/sensors.hpp"
 #include "tuning/tuner.hpp"
 
 #include <catch2/catch.hpp>
