@@ -24,8 +24,7 @@ GuestEdges sysfs_edges(const std::string& sysfs_root, const std::string& state_d
   // The eBPF signals (exact outcomes, IPI skips, per-CPU limits, idle-period histograms) where the
   // kernel allows them; without them the counters alone drive the tuner and status says why.
   if (kernel_signals) sensors->enable_idle_trace();
-  return {std::move(sensors),
-          std::make_shared<SysfsHaltpollParams>(sysfs_root, haltpoll_state_file(state_dir)),
+  return {std::move(sensors), std::make_shared<SysfsHaltpollParams>(sysfs_root, haltpoll_state_file(state_dir)),
           std::make_shared<SystemClock>()};
 }
 

@@ -260,9 +260,11 @@ Decision Controller::tick() {
                                    "the idle periods"
                                  : "the tuner is steady: attached for one tick in {}";
   signals_->set_idle_trace_attached(
-      want_trace, want_trace ? std::string() : fmt::format(fmt::runtime(why_detached), options_.tuner.steady_trace_every));
+      want_trace,
+      want_trace ? std::string() : fmt::format(fmt::runtime(why_detached), options_.tuner.steady_trace_every));
 
-  DecisionRecord e{d, clock_->unix_ms(), target_name(t), obs.latency_samples, std::string(tuner_.phase()), obs.halt_exit_penalty_ns};
+  DecisionRecord e{
+      d, clock_->unix_ms(), target_name(t), obs.latency_samples, std::string(tuner_.phase()), obs.halt_exit_penalty_ns};
   log_.push_back(std::move(e));
   while (log_.size() > std::max<std::size_t>(options_.decision_log_size, 1)) log_.pop_front();
   if (d.changed()) spdlog::info("tuner: {} -> {} ns: {}", d.previous_ns, d.guest_halt_poll_ns, d.reason);
@@ -354,7 +356,8 @@ ControllerStatus Controller::status() const {
   tu.ladder_ns = tuner_.ladder();
   tu.last_sweep = tuner_.sweep_measurements();
   tu.penalty_ns = penalty_.penalty_ns();
-  if (penalty_.measured_at_ns()) tu.penalty_age_s = static_cast<double>(clock_->steady_ns() - *penalty_.measured_at_ns()) / 1e9;
+  if (penalty_.measured_at_ns())
+    tu.penalty_age_s = static_cast<double>(clock_->steady_ns() - *penalty_.measured_at_ns()) / 1e9;
   tu.penalty_source = penalty_.source();
   tu.growth_ceiling_ns = tuner_.growth_ceiling_ns();
   tu.params = tuner_.params();
