@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds and runs the test suite of one preset (default: dev).
-# Usage: scripts/test.sh [dev|release|asan|tsan|aarch64|aarch64-debug]
+# Usage: scripts/test.sh [dev|release|asan|tsan|aarch64|aarch64-debug|guest-kinds]
+#   guest-kinds: the dev build's bpf, sysfs and daemon tests once per kind of guest the daemon tells
+#   apart, the daemon's fake tree shaped like each (HALTPOLLD_TEST_GUEST=bare|haltpoll|none); the
+#   tests on the real kernel assert what holds for this machine's kind, printed first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-dev}"
@@ -9,6 +12,17 @@ case "$preset" in
   *) scripts/install-deps.sh ;;
 esac
 jobs="$(nproc)"
+driver="$(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo 'none (no cpuidle directory)')"
+echo "this machine's cpuidle driver: ${driver}"
+if [[ "$preset" == guest-kinds ]]; then
+  cmake --preset dev >/dev/null
+  cmake --build --preset dev -j "$jobs"
+  for kind in bare haltpoll none; do
+    echo "=== daemon, sysfs and bpf tests on a fake tree shaped like: ${kind}"
+    HALTPOLLD_TEST_GUEST="$kind" ctest --preset dev -j "$jobs" -L 'daemon|bpf'
+  done
+  exit 0
+fi
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$jobs"
 ctest --preset "$preset" -j "$jobs"
