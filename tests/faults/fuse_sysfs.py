@@ -88,7 +88,7 @@ class FaultFS(Operations):
         self.inflight = 0
         self.rules = []  # dicts: path, errno, count, value (None: any)
         self.read_only = set()  # relative paths whose opens for writing get EACCES
-        self.refused = []  # (path, value, errno) of every refused write
+        self.refused = []  # (path, value, errno, time) of every refused write
 
     # -- control, from the harness's threads --------------------------------------------------------
     def reset_log(self):
@@ -151,7 +151,7 @@ class FaultFS(Operations):
             for r in self.rules:
                 if r["path"] == rel and r["count"] > 0 and (r["value"] is None or r["value"] == value):
                     r["count"] -= 1
-                    self.refused.append((rel, value, r["errno"]))
+                    self.refused.append((rel, value, r["errno"], time.monotonic()))
                     raise FuseOSError(r["errno"])
             self.inflight += 1
         try:
@@ -200,6 +200,8 @@ class FaultFS(Operations):
         rel = self._rel(path)
         writing = flags & (os.O_WRONLY | os.O_RDWR)
         if writing and rel in self.read_only:
+            with self.cv:
+                self.refused.append((rel, None, errno.EACCES, time.monotonic()))
             raise FuseOSError(errno.EACCES)
         if self._sysfs(rel):
             flags &= ~os.O_TRUNC  # sysfs: the write replaces the value

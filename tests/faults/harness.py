@@ -30,6 +30,7 @@ class Tree:
         fuse_sysfs.populate(self.back)
         self.mount = fuse_sysfs.Mount(self.back, self.mnt)
         self.fs = self.mount.fs
+        self.daemons = []  # every process started on the tree, killed before the unmount
 
     # The backing files are read directly, never through the mount: the checks must not depend on
     # the FUSE server they check.
@@ -86,6 +87,9 @@ def tree():
         with t.mount:
             yield t
     finally:
+        for d in t.daemons:
+            d.kill(signal.SIGKILL)
+            d.wait()
         t.mount.unmount()
         shutil.rmtree(base, ignore_errors=True)
 
@@ -106,6 +110,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             [binary, "--config", self.config_file, "--socket", self.socket, "--sysfs-root", t.mnt, *extra],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        t.daemons.append(self)
 
     def output(self):
         with open(self.log_path) as f:

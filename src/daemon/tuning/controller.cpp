@@ -248,6 +248,10 @@ Decision Controller::tick() {
           auto z = actuator_->reset_poll_limits();
           if (z.ok) {
             d.applied_reset = true;
+          } else if (actuator_->detect().governor != "haltpoll") {
+            // Refused half way: the guest is on another governor, so the parameters reach nothing.
+            degrade_locked(z.message);
+            d.reason += "; poll limit reset stopped half way: " + z.message + " (degraded to observe)";
           } else {
             reset_unavailable_ = z.message;
             d.reason += "; poll limits not reset: " + z.message;
@@ -255,9 +259,8 @@ Decision Controller::tick() {
           }
         }
       } else {
-        degraded_reason_ = r.message;
+        degrade_locked(r.message);
         d.reason += "; not applied: " + r.message + " (degraded to observe)";
-        spdlog::error("kernel mode degraded to observe: {}", r.message);
       }
     } else if (t == Target::pool) {
       pool_->set_window_cap_ns(d.guest_halt_poll_ns);
@@ -269,9 +272,8 @@ Decision Controller::tick() {
     if (r.ok) {
       d.applied_grow_start = true;
     } else {
-      degraded_reason_ = r.message;
+      degrade_locked(r.message);
       d.reason += "; grow_start not applied: " + r.message + " (degraded to observe)";
-      spdlog::error("kernel mode degraded to observe: {}", r.message);
     }
   }
   last_obs_ = obs;
@@ -299,6 +301,14 @@ void Controller::restore_locked() {
   if (!r.ok) spdlog::error("restoring the haltpoll parameters: {} (state file {} kept for the next start)",
                            r.message, actuator_->state_file());
   else spdlog::info("restored the original haltpoll parameters");
+}
+
+void Controller::degrade_locked(const std::string& why) {
+  degraded_reason_ = why;
+  spdlog::error("kernel mode degraded to observe: {}", why);
+  // Stop writing and put back what this run changed: observe mode leaves the kernel as found.
+  restore_locked();
+  detect_locked();
 }
 
 void Controller::stop() {

@@ -150,6 +150,35 @@ TEST_CASE("a failed write degrades to observe with the reason and a reload retri
   CHECK(fs.param("guest_halt_poll_ns") == "200000");
 }
 
+TEST_CASE("a write refused after others degrades to observe and puts back what the run changed") {
+  FakeSysfs fs;
+  TempDir dir;
+  auto o = opts(fs, dir, true);
+  o.tuner.manage_grow_start = true;
+  o.tuner.static_ns = 20000;  // below grow_start: the tuner moves grow_start with the cap
+  Controller c(o, std::unique_ptr<PoolAccess>{});
+  c.start();
+  REQUIRE(c.tick().applied_kernel);
+  REQUIRE(fs.param("guest_halt_poll_ns") == "20000");
+  REQUIRE(fs.param("guest_halt_poll_grow_start") != "50000");
+  // The cap goes through, then grow_start's write is refused (a file turned into a directory).
+  const std::string gs = fs.params_dir() + "/guest_halt_poll_grow_start";
+  std::filesystem::remove(gs);
+  std::filesystem::create_directory(gs);
+  o.tuner.static_ns = 8000;
+  c.update(o);
+  auto d = c.tick();
+  CHECK(d.reason.find("degraded to observe") != std::string::npos);
+  CHECK(status_to_json(c.status())["effective_mode"] == "observe");
+  // Not at the stop: at once, while the daemon goes on in observe mode.
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  CHECK(std::filesystem::exists(c.state_file()));  // grow_start could not be put back: kept for the next start
+  const auto writes = std::filesystem::last_write_time(fs.params_dir() + "/guest_halt_poll_ns");
+  for (int i = 0; i < 3; ++i) c.tick();
+  CHECK(std::filesystem::last_write_time(fs.params_dir() + "/guest_halt_poll_ns") == writes);  // no more writes
+  c.stop();
+}
+
 TEST_CASE("turning kernel mode off by reload restores the originals") {
   FakeSysfs fs;
   TempDir dir;
