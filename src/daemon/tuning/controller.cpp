@@ -233,7 +233,28 @@ Decision Controller::tick() {
     obs.current_ns = tuner_.current_ns();
   }
 
-  Decision d = tuner_.decide(obs);
+  // A tick long after the last one (the process was stopped, the guest suspended, the clock jumped):
+  // rates over the gap describe the gap, not the load, so nothing is decided from them. The sample
+  // above re-primed the deltas, so the next tick measures an ordinary interval again.
+  // The longest period is interval_ms (sweeps tick faster).
+  const std::uint64_t period_ms = options_.interval_ms;
+  const std::uint64_t late_ns = (2 * period_ms + 2000) * 1'000'000ULL;
+  Decision d;
+  if (obs.elapsed_ns > late_ns) {
+    d.tick = obs.tick;
+    d.previous_ns = d.guest_halt_poll_ns = tuner_.current_ns();
+    d.reason = fmt::format("tick {:.1f} s after the last (expected every {} ms): the daemon was stopped or the "
+                           "guest suspended; nothing decided from rates over the gap",
+                           static_cast<double>(obs.elapsed_ns) / 1e9, period_ms);
+    for (auto* rate : {&obs.poll_cpu_percent, &obs.mean_poll_cpu_percent, &obs.total_poll_cpu_percent,
+                       &obs.wakes_per_second, &obs.steal_percent, &obs.wake_latency_ns, &obs.mean_wake_latency_ns})
+      rate->reset();
+    carried_probes_.reset();
+    carried_ticks_ = 0;
+    spdlog::warn("tuner: {}", d.reason);
+  } else {
+    d = tuner_.decide(obs);
+  }
   if (d.changed()) {
     // Samples taken under the old value must not be judged as the new one's.
     carried_probes_.reset();

@@ -179,6 +179,34 @@ TEST_CASE("a write refused after others degrades to observe and puts back what t
   c.stop();
 }
 
+TEST_CASE("a tick long after the last (a stopped daemon, a suspended guest) decides nothing from the gap") {
+  FakeSysfs fs;
+  TempDir dir;
+  auto o = opts(fs, dir, true);
+  o.tuner.policy = Policy::budget;
+  o.tuner.max_poll_cpu_percent = 10;
+  o.interval_ms = 100;  // late after 2 × 100 ms + 2 s
+  Controller c(o, std::unique_ptr<PoolAccess>{});
+  c.start();
+  for (int i = 0; i < 3; ++i) c.tick();
+  const auto before = c.tick();
+  // While the daemon slept the CPUs polled most of the time: over the gap that reads as ~80 % poll.
+  fs.set_state(0, 0, "POLL", 1000, 2'000'000);
+  fs.set_state(1, 0, "POLL", 1000, 2'000'000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  const auto late = c.tick();
+  CHECK(late.reason.find("nothing decided from rates over the gap") != std::string::npos);
+  CHECK_FALSE(late.poll_cpu_percent.has_value());
+  CHECK(late.guest_halt_poll_ns == before.guest_halt_poll_ns);
+  CHECK_FALSE(late.changed());
+  // The next tick measures an ordinary interval again: nothing polled since the late one.
+  const auto next = c.tick();
+  CHECK(next.reason.find("over the gap") == std::string::npos);
+  REQUIRE(next.poll_cpu_percent.has_value());
+  CHECK(*next.poll_cpu_percent < 1.0);
+  c.stop();
+}
+
 TEST_CASE("turning kernel mode off by reload restores the originals") {
   FakeSysfs fs;
   TempDir dir;
