@@ -243,9 +243,10 @@ Decision Controller::tick() {
   if (obs.elapsed_ns > late_ns) {
     d.tick = obs.tick;
     d.previous_ns = d.guest_halt_poll_ns = tuner_.current_ns();
-    d.reason = fmt::format("tick {:.1f} s after the last (expected every {} ms): the daemon was stopped or the "
-                           "guest suspended; nothing decided from rates over the gap",
-                           static_cast<double>(obs.elapsed_ns) / 1e9, period_ms);
+    d.reason = fmt::format(
+        "tick {:.1f} s after the last (expected every {} ms): the daemon was stopped or the "
+        "guest suspended; nothing decided from rates over the gap",
+        static_cast<double>(obs.elapsed_ns) / 1e9, period_ms);
     for (auto* rate : {&obs.poll_cpu_percent, &obs.mean_poll_cpu_percent, &obs.total_poll_cpu_percent,
                        &obs.wakes_per_second, &obs.steal_percent, &obs.wake_latency_ns, &obs.mean_wake_latency_ns})
       rate->reset();
