@@ -51,6 +51,9 @@ void make_haltpoll_guest(const Daemon& d) {
   std::filesystem::create_directories(cpuidle);
   std::ofstream(cpuidle + "/current_driver") << "haltpoll\n";
   std::ofstream(cpuidle + "/current_governor") << "haltpoll\n";
+  // As on every kernel with a writable current_governor: a state file naming the governor is
+  // applied only when the kernel lists it.
+  std::ofstream(cpuidle + "/available_governors") << "ladder menu haltpoll \n";
 }
 
 std::string param(const Daemon& d, const char* name) {
@@ -194,4 +197,33 @@ TEST_CASE("hardening: the stop restores the originals even when clients hold eve
   const auto restored = err.find("restored the original haltpoll parameters");
   REQUIRE(restored != std::string::npos);
   CHECK(restored < err.find("info stopped"));
+}
+
+TEST_CASE("haltpolld --restore: refused while the daemon runs, puts the originals back after a kill -9") {
+  const json cfg = {{"mode", "kernel"}, {"tuner", {{"interval_ms", 200}, {"policy", "static"}}},
+                    {"pool", {{"guest_halt_poll_ns", 100000}}}};
+  Daemon d(cfg);
+  REQUIRE(d.stop() == 0);
+  make_haltpoll_guest(d);
+  d.start();
+  REQUIRE(eventually([&] { return param(d, "guest_halt_poll_ns") == "100000"; }, 20s));
+  const std::string state = d.dir + "/haltpoll-params.json";
+  const std::vector<std::string> restore = {HALTPOLLD_BIN, "--config", d.config_file, "--socket", d.socket,
+                                            "--sysfs-root", d.sysfs, "--restore"};
+  // The daemon holds its state directory: nothing is touched under it.
+  auto r = testsupport::run(restore);
+  CHECK(r.code == 4);
+  CHECK(r.err.find("already running") != std::string::npos);
+  CHECK(param(d, "guest_halt_poll_ns") == "100000");
+  CHECK(std::filesystem::exists(state));
+  // After a kill -9 the stop path alone puts everything back; a second run has nothing to do.
+  d.proc->signal(SIGKILL);
+  d.proc->wait(20s);
+  r = testsupport::run(restore);
+  CAPTURE(r.err);
+  CHECK(r.code == 0);
+  CHECK(param(d, "guest_halt_poll_ns") == "200000");
+  CHECK(param(d, "guest_halt_poll_grow_start") == "50000");
+  CHECK_FALSE(std::filesystem::exists(state));
+  CHECK(testsupport::run(restore).code == 0);
 }
