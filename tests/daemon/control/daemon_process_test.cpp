@@ -63,6 +63,23 @@ std::string param(const Daemon& d, const char* name) {
   return v;
 }
 
+// Kernel mode on the fake root, a static cap that differs from the original 200000.
+json kernel_config(const json& socket = json::object()) {
+  json cfg = {{"mode", "kernel"},
+              {"tuner", {{"interval_ms", 200}, {"policy", "static"}}},
+              {"pool", {{"guest_halt_poll_ns", 100000}}}};
+  if (!socket.empty()) cfg["socket"] = socket;
+  return cfg;
+}
+
+// Restarts the fixture's daemon on a tree where kernel mode is active and waits for its cap there.
+void start_in_kernel_mode(Daemon& d) {
+  REQUIRE(d.stop() == 0);
+  make_haltpoll_guest(d);
+  d.start();
+  REQUIRE(eventually([&] { return param(d, "guest_halt_poll_ns") == "100000"; }, 20s));
+}
+
 }  // namespace
 
 TEST_CASE("hardening: SIGPIPE is ignored, and clients that hang up mid-reply do not end the daemon") {
@@ -159,16 +176,8 @@ TEST_CASE("hardening: the stop restores the originals even when clients hold eve
   WARN("ASan/UBSan build: its vptr check needs a free descriptor, which this test takes away; skipped");
   return;
 #endif
-  // Kernel mode on the fake root, a static cap that differs from the original 200000.
-  const json cfg = {{"mode", "kernel"},
-                    {"tuner", {{"interval_ms", 200}, {"policy", "static"}}},
-                    {"pool", {{"guest_halt_poll_ns", 100000}}},
-                    {"socket", {{"mode", "0666"}, {"idle_timeout_ms", 600000}}}};
-  Daemon d(cfg);
-  REQUIRE(d.stop() == 0);
-  make_haltpoll_guest(d);
-  d.start();
-  REQUIRE(eventually([&] { return param(d, "guest_halt_poll_ns") == "100000"; }, 20s));
+  Daemon d(kernel_config({{"mode", "0666"}, {"idle_timeout_ms", 600000}}));
+  start_in_kernel_mode(d);
   const std::string state = d.dir + "/haltpoll-params.json";
   REQUIRE(std::filesystem::exists(state));
 
@@ -200,13 +209,8 @@ TEST_CASE("hardening: the stop restores the originals even when clients hold eve
 }
 
 TEST_CASE("haltpolld --restore: refused while the daemon runs, puts the originals back after a kill -9") {
-  const json cfg = {{"mode", "kernel"}, {"tuner", {{"interval_ms", 200}, {"policy", "static"}}},
-                    {"pool", {{"guest_halt_poll_ns", 100000}}}};
-  Daemon d(cfg);
-  REQUIRE(d.stop() == 0);
-  make_haltpoll_guest(d);
-  d.start();
-  REQUIRE(eventually([&] { return param(d, "guest_halt_poll_ns") == "100000"; }, 20s));
+  Daemon d(kernel_config());
+  start_in_kernel_mode(d);
   const std::string state = d.dir + "/haltpoll-params.json";
   const std::vector<std::string> restore = {HALTPOLLD_BIN, "--config", d.config_file, "--socket", d.socket,
                                             "--sysfs-root", d.sysfs, "--restore"};
