@@ -139,16 +139,15 @@ struct Observation {
   std::optional<double> mean_poll_cpu_percent;
   // Sum over the CPUs (% of one CPU): the poll time the host pays for, the cost side of a step.
   std::optional<double> total_poll_cpu_percent;
-  // Wake-ups per second over all CPUs (idle exits, or pool wakes): the benefit side of a step is
-  // latency saved per wake × wakes per second.
+  // Wake-ups per second over all CPUs (idle exits, or pool wakes), for status and the decision
+  // log; the tuner counts the wake-ups it prices from `kernel`.
   std::optional<double> wakes_per_second;
 
   // Wake latency at TunerParams::percentile, with the number of samples behind it.
   std::optional<double> wake_latency_ns;
   std::uint64_t latency_samples = 0;
-  // Mean wake latency: latency × wakes per second is the total waiting time, so the marginal
-  // benefit of a step is judged on the mean (a percentile of a bimodal hit/miss distribution moves
-  // in jumps); the percentile serves the latency policy's target.
+  // Mean wake latency of the probes, for status and the decision log (the tuner decides from
+  // `kernel` and halt_exit_penalty_ns, not from the probes' latency).
   std::optional<double> mean_wake_latency_ns;
 
   // Share of all CPU time the host stole from the guest during the tick, in %.
