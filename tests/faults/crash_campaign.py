@@ -15,7 +15,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -162,9 +161,8 @@ def main():
                 rc = r.stop()
                 note = "" if up and rc == 0 else "restart: up=%s rc=%s\n%s" % (up, rc, r.output()[-2000:])
             else:
-                p = subprocess.run([a.daemon, "--config", d.config_file, "--socket", d.socket, "--sysfs-root", t.mnt,
-                                    "--restore"], capture_output=True, text=True, timeout=60)
-                note = "" if p.returncode == 0 else "--restore: rc=%d %s%s" % (p.returncode, p.stdout, p.stderr)
+                code, out = harness.restore(a.daemon, d)
+                note = "" if code == 0 else "--restore: rc=%d %s" % (code, out)
             now = t.found()
             lost = {k2: (v, now[k2]) for k2, v in found.items() if now[k2] != v}
             left = os.path.exists(t.state_file())

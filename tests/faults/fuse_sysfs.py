@@ -26,9 +26,9 @@ import threading
 import time
 
 try:
-    from fusepy import FUSE, FuseOSError, Operations
+    from fusepy import FUSE, FuseOSError, Operations, fuse_get_context
 except ImportError:  # the PyPI distribution names the module `fuse`
-    from fuse import FUSE, FuseOSError, Operations
+    from fuse import FUSE, FuseOSError, Operations, fuse_get_context
 
 PARAMS = {
     "guest_halt_poll_ns": "200000",
@@ -168,11 +168,8 @@ class FaultFS(Operations):
                 self.inflight -= 1
                 self.cv.notify_all()
 
-    def _pid(self):
-        try:
-            from fusepy import fuse_get_context
-        except ImportError:
-            from fuse import fuse_get_context
+    @staticmethod
+    def _pid():
         return fuse_get_context()[2]
 
     # -- reads --------------------------------------------------------------------------------------

@@ -153,6 +153,14 @@ class Daemon:
             self.proc.wait()
 
 
+def restore(binary, d):
+    """The unit's stop path alone (`haltpolld --restore`, its ExecStopPost) for daemon `d`'s
+    config, socket and tree: (exit code, its output)."""
+    p = subprocess.run([binary, "--config", d.config_file, "--socket", d.socket, "--sysfs-root", d.t.mnt, "--restore"],
+                       capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout + p.stderr
+
+
 class Client:
     def __init__(self, path, timeout=30.0):
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -15,7 +15,6 @@ import argparse
 import errno
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -176,10 +175,9 @@ def run_scenario(binary, t, sc):
     if sc["repair"]:
         # The file is back (the module reloaded): the stop path alone puts the originals back.
         sc["repair"](t)
-        p = subprocess.run([binary, "--config", d.config_file, "--socket", d.socket, "--sysfs-root", t.mnt,
-                            "--restore"], capture_output=True, text=True, timeout=60)
-        if p.returncode != 0:
-            fails.append("--restore after the repair: rc %d %s" % (p.returncode, p.stderr[-500:]))
+        code, out = harness.restore(binary, d)
+        if code != 0:
+            fails.append("--restore after the repair: rc %d %s" % (code, out[-500:]))
         broken = False
     now = t.found()
     lost = {k: (v, now[k]) for k, v in found.items() if now[k] != v and not (broken and k == base)}

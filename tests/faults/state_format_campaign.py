@@ -12,7 +12,6 @@ Prints one JSON object and exits 1 when a check failed. Needs root and /dev/fuse
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -79,10 +78,9 @@ def newer_format(binary):
         if "version" not in d.output():
             fails.append("the log does not say the state file's version was refused")
         d.stop()
-        p = subprocess.run([binary, "--config", d.config_file, "--socket", d.socket, "--sysfs-root", t.mnt, "--restore"],
-                           capture_output=True, text=True, timeout=60)
-        if p.returncode != 1 or "version" not in p.stdout + p.stderr:
-            fails.append("--restore: rc %d (want 1, the reason): %s" % (p.returncode, (p.stdout + p.stderr)[-500:]))
+        code, out = harness.restore(binary, d)
+        if code != 1 or "version" not in out:
+            fails.append("--restore: rc %d (want 1, the reason): %s" % (code, out[-500:]))
         writes = [repr(o) for o in t.fs.snapshot() if o.path.startswith("sys/") or o.path.startswith("state/")]
         if writes:
             fails.append("wrote although the state file was refused: %s" % writes)
