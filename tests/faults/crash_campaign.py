@@ -11,7 +11,6 @@ JSON object (the summary) on stdout and exits 1 when anything was lost. Needs ro
 """
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -178,9 +177,7 @@ def main():
         summary["stray_temporary_files"] = len(t.stray_state_files())
     summary["seconds"] = round(time.monotonic() - started, 1)
     summary["gaps_hit"] = len(summary["gaps"])
-    print(json.dumps(summary, indent=2))
-    ok = summary["lost"] == 0 and summary["half_written_state_files"] == 0 and not summary["failures"]
-    return 0 if ok else 1
+    return harness.finish(summary)  # every loss and half-written state file is also a failure
 
 
 if __name__ == "__main__":

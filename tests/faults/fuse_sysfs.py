@@ -97,7 +97,8 @@ class FaultFS(Operations):
             self.refused = []
 
     def fail(self, rel, err, count=1, value=None):
-        """The next `count` writes to `rel` (of `value` only, when given) fail with `err`."""
+        """The next `count` changes of `rel` (of `value` only, when given; every file under it when
+        it ends with "/") fail with `err`."""
         with self.cv:
             self.rules.append({"path": rel, "errno": err, "count": count, "value": value})
 
@@ -149,7 +150,8 @@ class FaultFS(Operations):
         pid = self._pid()
         with self.cv:
             for r in self.rules:
-                if r["path"] == rel and r["count"] > 0 and (r["value"] is None or r["value"] == value):
+                hit = r["path"] == rel or (r["path"].endswith("/") and rel.startswith(r["path"]))
+                if hit and r["count"] > 0 and (r["value"] is None or r["value"] == value):
                     r["count"] -= 1
                     self.refused.append((rel, value, r["errno"], time.monotonic()))
                     raise FuseOSError(r["errno"])

@@ -153,6 +153,21 @@ class Daemon:
             self.proc.wait()
 
 
+def stop_and_check(d, t, found, fails):
+    """SIGTERM `d`; a failure in `fails` unless it exits 0 with every `found` value back."""
+    if d.stop() != 0:
+        fails.append("SIGTERM: exit code not 0")
+    now = t.found()
+    if now != found:
+        fails.append("not put back: %s -> %s" % (found, now))
+
+
+def finish(summary):
+    """Prints the campaign's summary; its exit code (1 when anything failed)."""
+    print(json.dumps(summary, indent=2))
+    return 0 if not summary["failures"] else 1
+
+
 def restore(binary, d):
     """The unit's stop path alone (`haltpolld --restore`, its ExecStopPost) for daemon `d`'s
     config, socket and tree: (exit code, its output)."""

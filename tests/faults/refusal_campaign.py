@@ -212,8 +212,7 @@ def main():
                 if any("not put back" in f for f in fails):
                     summary["lost"] += 1
     summary["seconds"] = round(time.monotonic() - started, 1)
-    print(json.dumps(summary, indent=2))
-    return 0 if not summary["failures"] else 1
+    return harness.finish(summary)
 
 
 if __name__ == "__main__":

@@ -107,8 +107,7 @@ def main():
         if fails:
             summary["failures"].append({name: fails})
             summary["lost"] += any("lost" in f or "changed" in f for f in fails)
-    print(json.dumps(summary, indent=2))
-    return 0 if not summary["failures"] else 1
+    return harness.finish(summary)
 
 
 if __name__ == "__main__":

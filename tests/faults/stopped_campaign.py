@@ -55,10 +55,7 @@ def one_stop(binary, seconds):
                 if r["poll_cpu_percent"] is not None and r["poll_cpu_percent"] > 1.0:
                     fails.append("a later tick measured the gap: %s" % json.dumps(r))
                     break
-        if d.stop() != 0:
-            fails.append("SIGTERM after the stop: exit code not 0")
-        if t.found() != found:
-            fails.append("not put back: %s -> %s" % (found, t.found()))
+        harness.stop_and_check(d, t, found, fails)
     return fails
 
 
@@ -77,8 +74,7 @@ def main():
         summary["decided_from_gap"] += any("decided from it" in f or "measured the gap" in f for f in fails)
         summary["lost"] += any("not put back" in f for f in fails)
         summary["failures"] += fails
-    print(json.dumps(summary, indent=2))
-    return 0 if not summary["failures"] else 1
+    return harness.finish(summary)
 
 
 if __name__ == "__main__":
