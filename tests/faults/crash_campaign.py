@@ -174,7 +174,10 @@ def main():
                     os.unlink(t.state_file())
             if a.verbose:
                 print(i, name, how, gap, "lost" if lost else "ok", file=sys.stderr)
-        summary["stray_temporary_files"] = len(t.stray_state_files())
+        strays = t.stray_state_files()
+        summary["stray_temporary_files"] = len(strays)
+        if strays:  # each recovery removes those of the kill before it
+            summary["failures"].append("temporaries of interrupted state file writes left: %s" % strays)
     summary["seconds"] = round(time.monotonic() - started, 1)
     summary["gaps_hit"] = len(summary["gaps"])
     return harness.finish(summary)  # every loss and half-written state file is also a failure

@@ -30,6 +30,17 @@ std::string identity_of(const std::string& path) {
   return fmt::format("{}:{}:{}.{}:{}", st.st_dev, st.st_ino, st.st_ctim.tv_sec, st.st_ctim.tv_nsec, st.st_size);
 }
 
+// The temporaries of state file writes that a kill interrupted (the originals are then in the state
+// file, or nothing was changed yet). Nobody else writes them while the daemon holds the directory.
+void remove_interrupted_writes(const std::string& state_file) {
+  const std::filesystem::path path(state_file);
+  const std::string prefix = "." + path.filename().string() + ".tmp.";
+  std::error_code ec;
+  const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(e.path(), ec);
+}
+
 }  // namespace
 
 SysfsHaltpollParams::SysfsHaltpollParams(std::string sysfs_root, std::string state_file)
@@ -347,6 +358,7 @@ std::string SysfsHaltpollParams::recheck_blocked() {
 SysfsHaltpollParams::Result SysfsHaltpollParams::recover() {
   Result r;
   blocked_.clear();
+  remove_interrupted_writes(state_file_);
   int err = 0;
   std::string why;
   auto text = read_private_file(state_file_, err, why);

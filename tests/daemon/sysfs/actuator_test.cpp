@@ -109,6 +109,20 @@ TEST_CASE("a state file removed while running is written again, with the origina
   CHECK_FALSE(std::filesystem::exists(state));
 }
 
+TEST_CASE("recover() removes the temporaries of state file writes a kill interrupted") {
+  FakeSysfs fs;
+  TempDir dir;
+  const std::string state = dir.path() + "/haltpoll-params.json";
+  const std::string interrupted = dir.path() + "/.haltpoll-params.json.tmp.0123456789abcdef";
+  const std::string other = dir.path() + "/.other.json.tmp.0123456789abcdef";
+  std::ofstream(interrupted) << "{\n  \"cpuidle_governor\": \"hal";
+  std::ofstream(other) << "x";
+  SysfsHaltpollParams a(fs.root(), state);
+  CHECK(a.recover().ok);
+  CHECK_FALSE(std::filesystem::exists(interrupted));
+  CHECK(std::filesystem::exists(other));  // not a state file's
+}
+
 TEST_CASE("a write failure reports errno and the path") {
   FakeSysfs fs;
   TempDir dir;
