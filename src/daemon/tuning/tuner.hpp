@@ -36,7 +36,9 @@
 // blocks growth.
 #pragma once
 
-#include "tuning/observation.hpp"
+#include "signals/observation.hpp"
+#include "tuner_policy.hpp"
+#include "tuning/decision.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -45,8 +47,6 @@
 #include <vector>
 
 namespace haltpolld {
-
-enum class Policy { static_value, latency, budget, balanced };
 
 struct TunerParams {
   Policy policy = Policy::balanced;
@@ -107,8 +107,6 @@ struct TunerParams {
   friend bool operator==(const TunerParams&, const TunerParams&) = default;
 };
 
-std::string_view to_string(Policy p) noexcept;
-std::optional<Policy> policy_from_string(std::string_view s) noexcept;
 // Empty when the parameters are coherent, else what is wrong.
 std::string validate(const TunerParams& p);
 
