@@ -60,8 +60,7 @@ int restore_originals(const haltpolld::Config& config) {
     spdlog::critical("not restoring: {}", why);
     return ExitCode::already_running;
   }
-  // The file Controller::state_file() names.
-  haltpolld::SysfsHaltpollParams params(config.sysfs_root, state_dir + "/haltpoll-params.json");
+  haltpolld::SysfsHaltpollParams params(config.sysfs_root, haltpolld::haltpoll_state_file(state_dir));
   const auto r = params.recover();
   if (!r.ok) {
     spdlog::error("{}", r.message);
