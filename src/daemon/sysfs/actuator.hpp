@@ -3,7 +3,8 @@
 // effect (module present, cpuidle driver registered, current governor "haltpoll") and says
 // precisely why not; before its first write it saves the original values of all the parameters to a state file
 // (write to a temporary file, fsync, rename, fsync the directory) so that the next start after a
-// crash or SIGKILL can put them back; it writes only on change; restore() puts the originals back
+// crash or SIGKILL can put them back, and before every later write it writes that file again if it
+// has gone; it writes only on change; restore() puts the originals back
 // and removes the state file. A failed write reports errno and the path, changes nothing else and
 // leaves the caller to degrade to observe mode. Not thread-safe: the Controller serialises calls.
 //
@@ -96,6 +97,9 @@ class SysfsHaltpollParams final : public HaltpollActuator {
 
  private:
   Result save_originals();
+  // save_originals() the first time; later, writes the state file again if it has gone.
+  Result ensure_saved();
+  Result write_state_file(const std::map<std::string, std::string>& values, const std::string& governor) const;
   Result write_param(const std::string& dir, const std::string& name, const std::string& value) const;
   Result restore_values(const std::string& dir, const std::map<std::string, std::string>& values) const;
   std::string cpuidle_dir() const;

@@ -209,7 +209,29 @@ Decision Controller::tick() {
     obs.current_ns = tuner_.current_ns();
   }
 
-  Decision d = tuner_.decide(obs);
+  // A tick long after the last one (the process was stopped, the guest suspended, the clock jumped):
+  // rates over the gap describe the gap, not the load, so nothing is decided from them. The sample
+  // above re-primed the deltas, so the next tick measures an ordinary interval again.
+  // The longest period is interval_ms (sweeps tick faster).
+  const std::uint64_t period_ms = options_.interval_ms;
+  const std::uint64_t late_ns = (2 * period_ms + 2000) * 1'000'000ULL;
+  Decision d;
+  if (obs.elapsed_ns > late_ns) {
+    d.tick = obs.tick;
+    d.previous_ns = d.guest_halt_poll_ns = tuner_.current_ns();
+    d.reason = fmt::format(
+        "tick {:.1f} s after the last (expected every {} ms): the daemon was stopped or the "
+        "guest suspended; nothing decided from rates over the gap",
+        static_cast<double>(obs.elapsed_ns) / 1e9, period_ms);
+    for (auto* rate : {&obs.poll_cpu_percent, &obs.mean_poll_cpu_percent, &obs.total_poll_cpu_percent,
+                       &obs.wakes_per_second, &obs.steal_percent, &obs.wake_latency_ns, &obs.mean_wake_latency_ns})
+      rate->reset();
+    carried_probes_.reset();
+    carried_ticks_ = 0;
+    spdlog::warn("tuner: {}", d.reason);
+  } else {
+    d = tuner_.decide(obs);
+  }
   if (d.changed()) {
     // Samples taken under the old value must not be judged as the new one's.
     carried_probes_.reset();
@@ -225,6 +247,10 @@ Decision Controller::tick() {
           if (z.ok) {
             d.applied_reset = true;
             ++limit_resets_;
+          } else if (actuator_->detect().governor != "haltpoll") {
+            // Refused half way: the guest is on another governor, so the parameters reach nothing.
+            degrade_locked(z.message);
+            d.reason += "; poll limit reset stopped half way: " + z.message + " (degraded to observe)";
           } else {
             reset_unavailable_ = z.message;
             d.reason += "; poll limits not reset: " + z.message;
@@ -232,9 +258,8 @@ Decision Controller::tick() {
           }
         }
       } else {
-        degraded_reason_ = r.message;
+        degrade_locked(r.message);
         d.reason += "; not applied: " + r.message + " (degraded to observe)";
-        spdlog::error("kernel mode degraded to observe: {}", r.message);
       }
     } else if (t == Target::pool) {
       pool_->set_window_cap_ns(d.guest_halt_poll_ns);
@@ -246,9 +271,8 @@ Decision Controller::tick() {
     if (r.ok) {
       d.applied_grow_start = true;
     } else {
-      degraded_reason_ = r.message;
+      degrade_locked(r.message);
       d.reason += "; grow_start not applied: " + r.message + " (degraded to observe)";
-      spdlog::error("kernel mode degraded to observe: {}", r.message);
     }
   }
   last_obs_ = obs;
@@ -278,6 +302,14 @@ void Controller::restore_locked() {
   if (!r.ok) spdlog::error("restoring the haltpoll parameters: {} (state file {} kept for the next start)",
                            r.message, actuator_->originals_location());
   else spdlog::info("restored the original haltpoll parameters");
+}
+
+void Controller::degrade_locked(const std::string& why) {
+  degraded_reason_ = why;
+  spdlog::error("kernel mode degraded to observe: {}", why);
+  // Stop writing and put back what this run changed: observe mode leaves the kernel as found.
+  restore_locked();
+  detect_locked();
 }
 
 void Controller::stop() {

@@ -87,6 +87,8 @@ class Controller {
   void detect_locked();
   Target target_locked() const;
   void restore_locked();
+  // Leaves kernel mode after a refused write (`why`, for status): restores what this run changed.
+  void degrade_locked(const std::string& why);
   static const char* target_name(Target t) noexcept;
 
   mutable std::mutex mu_;

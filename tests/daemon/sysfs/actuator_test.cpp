@@ -88,6 +88,42 @@ TEST_CASE("originals are saved before the first write; writes only on change; re
   CHECK(!std::filesystem::exists(state));
 }
 
+TEST_CASE("a state file removed while running is written again, with the originals, before the next write") {
+  FakeSysfs fs;
+  TempDir dir;
+  const std::string state = dir.path() + "/state.json";
+  SysfsHaltpollParams a(fs.root(), state);
+  REQUIRE(a.set_poll_ns(40000).written);
+  // Removed under the daemon (an operator, a cleaner of the runtime directory), then the state
+  // directory itself.
+  std::filesystem::remove_all(dir.path());
+  REQUIRE(a.set_poll_ns(30000).written);
+  REQUIRE(std::filesystem::exists(state));
+  REQUIRE(a.set_grow_start_ns(20000).written);
+  // What a crash now leaves is the originals, not the values this run wrote.
+  SysfsHaltpollParams next(fs.root(), state);
+  const auto r = next.recover();
+  CAPTURE(r.message);
+  CHECK(r.ok);
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  CHECK(fs.param("guest_halt_poll_grow_start") == "50000");
+  CHECK_FALSE(std::filesystem::exists(state));
+}
+
+TEST_CASE("recover() removes the temporaries of state file writes a kill interrupted") {
+  FakeSysfs fs;
+  TempDir dir;
+  const std::string state = dir.path() + "/haltpoll-params.json";
+  const std::string interrupted = dir.path() + "/.haltpoll-params.json.tmp.0123456789abcdef";
+  const std::string other = dir.path() + "/.other.json.tmp.0123456789abcdef";
+  std::ofstream(interrupted) << "{\n  \"cpuidle_governor\": \"hal";
+  std::ofstream(other) << "x";
+  SysfsHaltpollParams a(fs.root(), state);
+  CHECK(a.recover().ok);
+  CHECK_FALSE(std::filesystem::exists(interrupted));
+  CHECK(std::filesystem::exists(other));  // not a state file's
+}
+
 TEST_CASE("a write failure reports errno and the path") {
   FakeSysfs fs;
   TempDir dir;

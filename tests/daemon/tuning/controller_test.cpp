@@ -261,6 +261,60 @@ TEST_CASE("a failed write degrades to observe with the reason and a reload retri
   CHECK(fs.param("guest_halt_poll_ns") == "200000");
 }
 
+TEST_CASE("a write refused after others degrades to observe and puts back what the run changed") {
+  FakeSysfs fs;
+  TempDir dir;
+  auto o = opts(true);
+  o.tuner.manage_grow_start = true;
+  o.tuner.static_ns = 20000;  // below grow_start: the tuner moves grow_start with the cap
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
+  c.start();
+  REQUIRE(c.tick().applied_kernel);
+  REQUIRE(fs.param("guest_halt_poll_ns") == "20000");
+  REQUIRE(fs.param("guest_halt_poll_grow_start") != "50000");
+  // The cap goes through, then grow_start's write is refused (a file turned into a directory).
+  const std::string gs = fs.params_dir() + "/guest_halt_poll_grow_start";
+  std::filesystem::remove(gs);
+  std::filesystem::create_directory(gs);
+  o.tuner.static_ns = 8000;
+  c.update(o);
+  auto d = c.tick();
+  CHECK(d.reason.find("degraded to observe") != std::string::npos);
+  CHECK(status_to_json(c.status())["effective_mode"] == "observe");
+  // Not at the stop: at once, while the daemon goes on in observe mode.
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  CHECK(std::filesystem::exists(c.state_file()));  // grow_start could not be put back: kept for the next start
+  const auto writes = std::filesystem::last_write_time(fs.params_dir() + "/guest_halt_poll_ns");
+  for (int i = 0; i < 3; ++i) c.tick();
+  CHECK(std::filesystem::last_write_time(fs.params_dir() + "/guest_halt_poll_ns") == writes);  // no more writes
+  c.stop();
+}
+
+TEST_CASE("a tick long after the last (a stopped daemon, a suspended guest) decides nothing from the gap") {
+  auto g = std::make_shared<VirtualGuest>();
+  auto o = opts(true);
+  o.tuner.policy = Policy::budget;
+  o.tuner.max_poll_cpu_percent = 10;  // late after 2 × interval_ms (1 s) + 2 s
+  Controller c(o, edges_of(g), std::unique_ptr<PoolAccess>{});
+  c.start();
+  Decision before;
+  for (int i = 0; i < 4; ++i) {
+    g->advance_s(1);
+    before = c.tick();
+  }
+  g->advance_s(30);  // SIGSTOP, 30 s, SIGCONT
+  const auto late = c.tick();
+  CHECK(late.reason.find("nothing decided from rates over the gap") != std::string::npos);
+  CHECK_FALSE(late.poll_cpu_percent.has_value());
+  CHECK(late.guest_halt_poll_ns == before.guest_halt_poll_ns);
+  CHECK_FALSE(late.changed());
+  // The next tick measures an ordinary interval again.
+  g->advance_s(1);
+  const auto next = c.tick();
+  CHECK(next.reason.find("over the gap") == std::string::npos);
+  c.stop();
+}
+
 TEST_CASE("turning kernel mode off by reload restores the originals") {
   FakeSysfs fs;
   TempDir dir;
