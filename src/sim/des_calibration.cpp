@@ -48,6 +48,7 @@ FitInputs fit_inputs_from(const std::vector<RealPoint>& curve, FitInputs in, std
   in.pipe_poll_share_polling = pipe_p.poll_percent / 100;
   in.timer_late_p50_us_halting = find(curve, "load_timer", halting_cap).result;
   in.timer_late_p50_us_polling = find(curve, "load_timer", polling_cap).result;
+  in.poisson_rtt_p50_us_halting = find(curve, "load_poisson", halting_cap).result;
   return in;
 }
 

@@ -105,6 +105,9 @@ Calibration fit_costs(const FitInputs& in, const FitAssumptions& as) {
   c.costs.timer_in_poll = Dist{tp, sigma_t, 1.0 / 20000, 2e6};
   c.timer_slack_ns = slack;
 
+  // Request/response on one vCPU: RTT = server work + two hops (work and block) + two switches.
+  c.switch_ns = std::max(0.0, (in.poisson_rtt_p50_us_halting * 1000 - in.poisson_work_us * 1000 - 2 * (w + block)) / 2);
+
   // Background interrupts: an idle guest's entries per CPU and second.
   if (in.idle_entries_per_s > 0)
     c.costs.housekeeping_gap = Dist::with_mean(in.idle_cpus * 1e9 / in.idle_entries_per_s, 1.0);

@@ -82,6 +82,11 @@ struct FitInputs {
   double timer_late_p50_us_halting = 81.03;
   double timer_late_p99_us_halting = 132.45;
   double timer_late_p50_us_polling = 63.46;
+  // static-curve.jsonl, load_poisson 2000/s with 5 µs of server work: RTT p50 at cap 0 (µs). Its
+  // client and server share one vCPU (traces/poisson-0: 1190 of the 1331 halts/s on cpu0, fewer
+  // idle entries than requests), so the RTT holds two context switches and no wake-up of an idle CPU.
+  double poisson_rtt_p50_us_halting = 19.48;
+  double poisson_work_us = 5;
   // traces/idle-0: idle entries/s over both CPUs of an idle guest.
   double idle_entries_per_s = 75;
   int idle_cpus = 2;
@@ -101,6 +106,7 @@ struct Calibration {
   double pipe_work_ns = 0;   // before the post (the wake-up of the partner)
   double pipe_block_ns = 0;  // after the post, until the thread blocks and the CPU is idle
   double timer_slack_ns = 0;
+  double switch_ns = 0;  // a context switch between two threads of one vCPU
 };
 
 Calibration fit_costs(const FitInputs& in = {}, const FitAssumptions& as = {});

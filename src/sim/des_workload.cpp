@@ -30,10 +30,19 @@ Workload pipe_load(int cpu_a, int cpu_b, Dist work, Dist block) {
 
 namespace {
 // The client's request after `pre` (think time or an arrival gap), the server's reply.
-Workload rr(std::string name, int client_cpu, int server_cpu, Step pre, Dist server_work, Dist hop_work, Dist block) {
+Workload rr(std::string name, int client_cpu, int server_cpu, Step pre, Dist server_work, Dist hop_work, Dist block,
+            Dist switch_cost = {}) {
   Workload w{std::move(name), {}, 2, {"rtt"}};
-  w.threads.push_back({"client", client_cpu, {pre, begin(0), compute(hop_work), post(0), compute(block), wait(1), end(0)}});
-  w.threads.push_back({"server", server_cpu, {wait(0), compute(server_work), compute(hop_work), post(1), compute(block)}});
+  ThreadSpec client{"client", client_cpu, {pre, begin(0), compute(hop_work), post(0), compute(block), wait(1)}};
+  ThreadSpec server{"server", server_cpu, {wait(0)}};
+  if (switch_cost.median_ns > 0) {
+    client.steps.push_back(compute(switch_cost));
+    server.steps.push_back(compute(switch_cost));
+  }
+  client.steps.push_back(end(0));
+  for (const Step& s : {compute(server_work), compute(hop_work), post(1), compute(block)}) server.steps.push_back(s);
+  w.threads.push_back(std::move(client));
+  w.threads.push_back(std::move(server));
   return w;
 }
 }  // namespace
@@ -44,9 +53,9 @@ Workload request_response_load(int client_cpu, int server_cpu, Dist think, Dist 
 }
 
 Workload poisson_load(int client_cpu, int server_cpu, double rate_per_s, Dist server_work, Dist hop_work,
-                      Dist block) {
+                      Dist block, Dist switch_cost) {
   return rr("poisson", client_cpu, server_cpu, sleep_exp(static_cast<Ns>(1e9 / rate_per_s)), server_work, hop_work,
-            block);
+            block, switch_cost);
 }
 
 Workload timer_load(int cpu, Ns period, Ns slack, Dist busy) {
@@ -66,10 +75,10 @@ Workload calibrated_timer(const Calibration& c, int cpu) {
   return timer_load(cpu, 150000, static_cast<Ns>(c.timer_slack_ns), Dist::with_mean(5000, 0.2));
 }
 
-// bench_load_poisson -r 2000 -w 5: 5 µs of server work per request.
-Workload calibrated_poisson(const Calibration& c, int client_cpu, int server_cpu) {
-  return poisson_load(client_cpu, server_cpu, 2000, Dist::constant(5000), Dist::with_mean(c.pipe_work_ns, 0.2),
-                      Dist::with_mean(c.pipe_block_ns, 0.2));
+// bench_load_poisson -r 2000 -w 5: 5 µs of server work per request, client and server on one vCPU.
+Workload calibrated_poisson(const Calibration& c, int cpu) {
+  return poisson_load(cpu, cpu, 2000, Dist::constant(5000), Dist::with_mean(c.pipe_work_ns, 0.2),
+                      Dist::with_mean(c.pipe_block_ns, 0.2), Dist::with_mean(c.switch_ns, 0.2));
 }
 
 Workload calibrated_mix(const Calibration& c, int cpus) {

@@ -60,9 +60,10 @@ Workload pipe_load(int cpu_a, int cpu_b, Dist work, Dist block);
 Workload request_response_load(int client_cpu, int server_cpu, Dist think, Dist server_work, Dist hop_work,
                                Dist block);
 // Open-loop Poisson arrivals at rate_per_s (the client sleeps an exponential gap between
-// requests), otherwise request/response. Metric "rtt".
+// requests), otherwise request/response; each side pays `switch_cost` when it resumes after its
+// wait (a context switch when both share a vCPU). Metric "rtt".
 Workload poisson_load(int client_cpu, int server_cpu, double rate_per_s, Dist server_work, Dist hop_work,
-                      Dist block);
+                      Dist block, Dist switch_cost = {});
 // A periodic timer (bench_load_timer): wake at every multiple of period, run `busy`. Metric "lateness".
 Workload timer_load(int cpu, Ns period, Ns slack, Dist busy);
 // Nothing but the background interrupts (Costs::housekeeping_gap).
@@ -72,7 +73,8 @@ Workload idle_load();
 struct Calibration;
 Workload calibrated_pipe(const Calibration& c, int cpu_a = 0, int cpu_b = 1);
 Workload calibrated_timer(const Calibration& c, int cpu = 0);
-Workload calibrated_poisson(const Calibration& c, int client_cpu = 0, int server_cpu = 1);
+// bench_load_poisson as the real run placed it: client and server on one vCPU.
+Workload calibrated_poisson(const Calibration& c, int cpu = 0);
 // A per-CPU mix for `cpus` vCPUs: the first half (rounded up to even) request/response pairs with
 // a database client's shape (50 µs think, 20 µs server work; metric "rtt" per pair), the rest
 // 150 µs timers.

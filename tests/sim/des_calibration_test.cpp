@@ -5,13 +5,13 @@
 // Tolerance (docs/simulator.md): the load's result within 15 % and poll CPU within 5 points per
 // CPU, the spread the real guest itself shows between runs of one cell (the pipe at one static
 // ranged 7.65–10.93 µs/op, i.e. ±18 %). Asserted for the pipe away from its knee and for the timer
-// at every held-out cap. Not asserted, and printed as such: the pipe at 10000 and 20000 (inside
-// the knee, where the real guest's result is a mixture of polling and halting phases whose mix the
-// model does not reproduce) and the Poisson load (its real RTT of 18–20 µs is below what the
-// pipe-fitted halted wake-up allows; the model does not explain it).
+// and Poisson loads at every held-out cap. Not asserted, and printed as such: the pipe at 10000 and
+// 20000 (inside the knee, where the real guest's result is a mixture of polling and halting phases
+// whose mix the model does not reproduce: it leaves a halting phase too soon).
 #include "sim/des_calibration.hpp"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -25,7 +25,6 @@ const std::string curve_path = HALTPOLL_SOURCE_DIR "/tests/data/real-guest/stati
 
 bool fit_cap(std::uint32_t cap) { return cap == 0 || cap == 200000; }
 bool asserted(const RealPoint& p) {
-  if (p.load == "load_poisson") return false;
   if (p.load == "perf_pipe" && (p.cap == 10000 || p.cap == 20000)) return false;
   return !fit_cap(p.cap);
 }
@@ -58,7 +57,7 @@ TEST_CASE("des calibration: held-out caps of the real static curve are predicted
   }
   std::printf("held-out points asserted: %d; worst result error %.1f %%, worst poll CPU error %.1f points\n", checked,
               worst_result, worst_poll);
-  CHECK(checked >= 10);
+  CHECK(checked >= 15);
 
   // The features that decide tuning. The timer's trap at 100000: about a third of each CPU
   // polling and still thousands of halts a second (real: 32.5 % and 6189/s), and its polls at
@@ -83,4 +82,40 @@ TEST_CASE("des calibration: a malformed static curve is refused with its line", 
   CHECK_THROWS_WITH(read_static_curve(bad), Catch::Contains("line 2"));
   std::istringstream partial("{\"load\": \"perf_pipe\", \"cap\": 0, \"us_per_op\": 44, \"poll_cpu_percent_per_cpu\": 0}\n");
   CHECK_THROWS_WITH(fit_inputs_from(read_static_curve(partial)), Catch::Contains("perf_pipe point at cap 200000"));
+}
+
+TEST_CASE("des calibration: halts per second of a run without perf attached", "[des][calibration]") {
+  // tests/data/real-guest/counters-no-perf.jsonl: cpuidle deltas of one run per cell (README §4 of
+  // the measurements). Its pipe ran slower than the static curve's (9.8 against 6.6 µs/op at
+  // 30000), so only halts/s is asserted (within 25 % or 200/s), at the held-out caps away from
+  // the pipe's knee; idle entries/s and poll CPU are printed.
+  std::ifstream in(HALTPOLL_SOURCE_DIR "/tests/data/real-guest/counters-no-perf.jsonl");
+  REQUIRE(in);
+  const Calibration cal = fit_costs(fit_inputs_from([] {
+    std::ifstream c(curve_path);
+    return read_static_curve(c);
+  }()));
+  std::string line;
+  int checked = 0;
+  std::printf("%-11s %7s %10s %10s %11s %11s %9s %9s  %s\n", "load", "cap", "halts_real", "halts_sim", "entries_real",
+              "entries_sim", "poll_real", "poll_sim", "role");
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    const std::string load = j.at("load");
+    const auto cap = j.at("cap").get<std::uint32_t>();
+    const bool pipe = load == "perf_pipe";
+    const CellResult r = run_cell(cal.costs, pipe ? calibrated_pipe(cal) : calibrated_timer(cal), 2, cap, 100'000'000,
+                                  1'000'000'000, 1, pipe ? "round_trip" : "lateness");
+    const double real = j.at("halts_per_s");
+    const bool assert_it = !fit_cap(cap) && !(pipe && cap == 20000);
+    std::printf("%-11s %7u %10.0f %10.0f %11.0f %11.0f %9.2f %9.2f  %s\n", load.c_str(), cap, real, r.halts_per_s,
+                j.at("idle_entries_per_s").get<double>(), r.idle_entries_per_s,
+                j.at("poll_cpu_percent_per_cpu").get<double>(), r.poll_percent_per_cpu,
+                fit_cap(cap) ? "fit cap" : assert_it ? "held-out" : "held-out, not asserted");
+    if (!assert_it) continue;
+    ++checked;
+    CAPTURE(load, cap, real, r.halts_per_s);
+    CHECK((std::abs(r.halts_per_s - real) <= 200 || std::abs(r.halts_per_s - real) <= 0.25 * real));
+  }
+  CHECK(checked == 4);
 }
