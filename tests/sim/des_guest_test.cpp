@@ -243,3 +243,18 @@ TEST_CASE("des: 32 and 64 vCPUs, 10 s of virtual time", "[des][scale]") {
     CHECK(wall < 60);  // a generous bound for a loaded CI machine; the printed time is the figure
   }
 }
+
+TEST_CASE("des: steal stretches the closed loop and breaks its polling", "[des]") {
+  const Calibration cal = fit_costs();
+  Costs stolen = cal.costs;
+  stolen.steal_probability = 0.01;
+  stolen.steal = Dist::with_mean(300000, 0.5);  // another guest runs for ~300 µs on the physical CPU
+  const CellResult clean = run_cell(cal.costs, calibrated_pipe(cal), 2, 200000, 50'000'000, 300'000'000, 4, "round_trip");
+  const CellResult noisy = run_cell(stolen, calibrated_pipe(cal), 2, 200000, 50'000'000, 300'000'000, 4, "round_trip");
+  std::printf("des steal: pipe at 200000 %.2f -> %.2f us/op, %.0f -> %.0f halts/s\n", clean.result_mean_us,
+              noisy.result_mean_us, clean.halts_per_s, noisy.halts_per_s);
+  // 1 % of steps × 300 µs adds about 3 µs per step, several steps per round trip.
+  CHECK(noisy.result_mean_us > 2 * clean.result_mean_us);
+  // A stolen partner makes the poll time out: far more halts.
+  CHECK(noisy.halts_per_s > 10 * clean.halts_per_s);
+}
