@@ -27,8 +27,10 @@ struct Guest::Cpu {
   haltpoll::WindowGovernor gov;
   int last_state = 0;  // cpuidle's last_state_idx (starts 0, as a zeroed device)
   bool poll_time_limit = false;
+  bool halt_after_poll = false;  // the current halt follows a timed-out poll of poll_ns
+  std::uint64_t poll_ns = 0;
   CpuCounters counters;
-  haltpoll::LatencyHistogram res[2];
+  CpuHistograms hist;
 };
 
 struct Guest::Thread {
@@ -271,6 +273,7 @@ void Guest::enter_idle(int cpu) {
   c.since = now_;
   if (limit == 0 || (c.last_state == 0 && c.poll_time_limit)) {
     c.st = Cpu::St::halt;
+    c.halt_after_poll = c.last_state == 0 && c.poll_time_limit;
     log(now_, cpu, TraceEvent::Kind::cpu_idle, 1);
     return;
   }
@@ -284,8 +287,12 @@ void Guest::end_poll(int cpu, bool timed_out) {
   const auto res = static_cast<std::uint64_t>(now_ - c.since);
   ++c.counters.usage[CpuCounters::poll];
   c.counters.time_ns[CpuCounters::poll] += res;
-  if (timed_out) ++c.counters.polls_timed_out;
-  c.res[CpuCounters::poll].record(res);
+  if (timed_out) {
+    ++c.counters.polls_timed_out;
+    c.poll_ns = res;
+  } else {
+    c.hist.poll_hit.record(res);
+  }
   log(now_, cpu, TraceEvent::Kind::cpu_idle, -1);
   c.last_state = 0;
   c.poll_time_limit = timed_out;
@@ -297,7 +304,11 @@ void Guest::end_halt(int cpu) {
   const auto res = static_cast<std::uint64_t>(now_ - c.since);
   ++c.counters.usage[CpuCounters::halt];
   c.counters.time_ns[CpuCounters::halt] += res;
-  c.res[CpuCounters::halt].record(res);
+  c.hist.halt_residency.record(res);
+  if (c.halt_after_poll)
+    c.hist.poll_halt.record(c.poll_ns + res);
+  else
+    c.hist.halt.record(res);
   log(now_, cpu, TraceEvent::Kind::cpu_idle, -1);
   c.last_state = 1;
   const std::uint64_t old = c.gov.window_ns();
@@ -337,10 +348,7 @@ std::uint32_t Guest::poll_limit_ns(int cpu) const {
   return static_cast<std::uint32_t>(cpus_.at(static_cast<std::size_t>(cpu))->gov.window_ns());
 }
 
-const haltpoll::LatencyHistogram& Guest::residencies(int cpu, int state) const {
-  if (state != CpuCounters::poll && state != CpuCounters::halt) throw std::out_of_range("idle state must be 0 or 1");
-  return cpus_.at(static_cast<std::size_t>(cpu))->res[state];
-}
+const CpuHistograms& Guest::histograms(int cpu) const { return cpus_.at(static_cast<std::size_t>(cpu))->hist; }
 
 const MetricStats& Guest::metric(std::string_view name) const {
   for (const auto& m : metrics_)

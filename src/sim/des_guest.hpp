@@ -65,6 +65,15 @@ struct CpuCounters {
   std::uint64_t time_us(int state) const noexcept { return time_ns[state] / 1000; }
 };
 
+// Idle-period histograms of one CPU, cumulative, shaped as the daemon's eBPF reader fills them:
+// a poll that timed out and the halt after it are one period.
+struct CpuHistograms {
+  haltpoll::LatencyHistogram poll_hit;        // POLL residency of polls ended by a wake-up or a local timer
+  haltpoll::LatencyHistogram poll_halt;       // whole period (poll + halt) of polls that timed out
+  haltpoll::LatencyHistogram halt;            // halts without a timed-out poll before them
+  haltpoll::LatencyHistogram halt_residency;  // every halt's residency (the governor's block_ns)
+};
+
 struct TraceEvent {
   enum class Kind : std::uint8_t { cpu_idle, guest_halt_poll_ns, wake_idle_without_ipi };
   Ns t = 0;
@@ -109,8 +118,7 @@ class Guest {
   int cpus() const noexcept { return static_cast<int>(cpus_.size()); }
   const CpuCounters& counters(int cpu) const;
   std::uint32_t poll_limit_ns(int cpu) const;
-  // Residencies of completed idle periods, per CPU and state (POLL / halt).
-  const haltpoll::LatencyHistogram& residencies(int cpu, int state) const;
+  const CpuHistograms& histograms(int cpu) const;
   const std::vector<TraceEvent>& events() const noexcept { return log_; }
   void clear_events() { log_.clear(); }
 

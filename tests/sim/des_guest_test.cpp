@@ -82,8 +82,16 @@ TEST_CASE("des: sysfs counters equal what the tracepoint log shows", "[des]") {
       CHECK(k.limit_shrink == fromlog[static_cast<std::size_t>(c)].limit_shrink);
       CHECK(k.wake_idle_without_ipi == fromlog[static_cast<std::size_t>(c)].wake_idle_without_ipi);
       CHECK(g.poll_limit_ns(c) == limit[static_cast<std::size_t>(c)]);
-      CHECK(g.residencies(c, 0).count() == k.usage[0]);
-      CHECK(g.residencies(c, 1).sum_ns() == k.time_ns[1]);
+      const CpuHistograms& h = g.histograms(c);
+      CHECK(h.poll_hit.count() + k.polls_timed_out == k.usage[0]);
+      CHECK(h.halt_residency.sum_ns() == k.time_ns[1]);
+      CHECK(h.halt_residency.count() == k.usage[1]);
+      CHECK(h.poll_halt.count() + h.halt.count() == k.usage[1]);
+      // Every timed-out poll is followed by a halt (the last one may still be under way).
+      CHECK(h.poll_halt.count() <= k.polls_timed_out);
+      CHECK(h.poll_halt.count() + 1 >= k.polls_timed_out);
+      // Periods: hits + poll-and-halt periods + plain halts; their time is all the idle time.
+      CHECK(h.poll_hit.sum_ns() + h.poll_halt.sum_ns() + h.halt.sum_ns() <= k.time_ns[0] + k.time_ns[1]);
       skips += k.wake_idle_without_ipi;
     }
     if (cap == 0) CHECK(skips == 0);
