@@ -18,7 +18,7 @@
 using namespace haltpolld::des;
 
 namespace {
-double round_to(double x, double unit) { return std::round(x / unit) * unit; }
+double round_to(double x, double unit) { return std::round(x / unit) / std::round(1 / unit); }
 }  // namespace
 
 int main(int argc, char** argv) {

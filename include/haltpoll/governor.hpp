@@ -103,13 +103,14 @@ class WindowPolicy {
   virtual std::uint64_t cap_ns() const noexcept = 0;
   // The measured miss cost changed (only cost-aware policies use it).
   virtual void set_miss_cost_ns(std::uint64_t) noexcept {}
-  // All haltpoll module parameters at once (cap, grow, shrink, grow_start, allow_shrink), as a
-  // write to /sys/module/haltpoll/parameters does: "haltpoll" keeps its per-CPU limit and applies
-  // them at its next adjustment; the other policies take the cap only.
-  virtual void set_haltpoll_params(const HaltpollParams& p) noexcept { set_cap_ns(p.guest_halt_poll_ns); }
   // The length of the coming idle period (only "oracle" uses it).
   virtual void hint_next_idle_ns(std::uint64_t) noexcept {}
   virtual const char* name() const noexcept = 0;
+  // All haltpoll module parameters at once (cap, grow, shrink, grow_start, allow_shrink), as a
+  // write to /sys/module/haltpoll/parameters does: "haltpoll" keeps its per-CPU limit and applies
+  // them at its next adjustment; the other policies take the cap only. Last in the class, so that
+  // the slots of the functions above stay where they were.
+  virtual void set_haltpoll_params(const HaltpollParams& p) noexcept { set_cap_ns(p.guest_halt_poll_ns); }
 };
 
 // The branch the kernel's adjust_poll_limit takes for a halt of block_ns at per-CPU limit

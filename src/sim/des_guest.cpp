@@ -28,6 +28,13 @@ struct Guest::Cpu {
   int last_state = 0;  // cpuidle's last_state_idx (starts 0, as a zeroed device)
   bool poll_time_limit = false;
   bool halt_after_poll = false;  // the current halt follows a timed-out poll of poll_ns
+  // The poll's timeout: one armed event per CPU (timeout_gen), at or before the poll's deadline;
+  // when it fires early (a later poll of the same CPU kept it) it re-arms at the deadline. A poll
+  // ended by a wake-up thus leaves no event behind, and the heap stays small.
+  Ns poll_deadline = 0;
+  Ns timeout_at = 0;
+  bool timeout_armed = false;
+  std::uint32_t timeout_gen = 0;
   std::uint64_t poll_ns = 0;
   CpuCounters counters;
   CpuHistograms hist;
@@ -110,7 +117,13 @@ void Guest::dispatch(const Event& e) {
       break;
     case poll_timeout: {
       Cpu& c = *cpus_[e.a];
-      if (c.st != Cpu::St::poll || c.gen != e.gen) break;  // the poll ended by a wake-up
+      if (e.gen != c.timeout_gen) break;  // disarmed by a shorter poll's own timeout
+      c.timeout_armed = false;
+      if (c.st != Cpu::St::poll) break;  // the poll ended by a wake-up
+      if (now_ < c.poll_deadline) {      // armed for an earlier poll: wait for this one's deadline
+        arm_timeout(static_cast<int>(e.a));
+        break;
+      }
       end_poll(static_cast<int>(e.a), true);
       enter_idle(static_cast<int>(e.a));
       break;
@@ -278,8 +291,16 @@ void Guest::enter_idle(int cpu) {
     return;
   }
   c.st = Cpu::St::poll;
+  c.poll_deadline = now_ + static_cast<Ns>(limit);
   log(now_, cpu, TraceEvent::Kind::cpu_idle, 0);
-  push(now_ + static_cast<Ns>(limit), poll_timeout, static_cast<std::uint32_t>(cpu), ++c.gen);
+  if (!c.timeout_armed || c.timeout_at > c.poll_deadline) arm_timeout(cpu);
+}
+
+void Guest::arm_timeout(int cpu) {
+  Cpu& c = *cpus_[static_cast<std::size_t>(cpu)];
+  c.timeout_armed = true;
+  c.timeout_at = c.poll_deadline;
+  push(c.poll_deadline, poll_timeout, static_cast<std::uint32_t>(cpu), ++c.timeout_gen);
 }
 
 void Guest::end_poll(int cpu, bool timed_out) {

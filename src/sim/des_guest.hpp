@@ -145,6 +145,7 @@ class Guest {
   void run_thread(int cpu, int th);
   void switch_out(int cpu);
   void enter_idle(int cpu);
+  void arm_timeout(int cpu);
   void end_poll(int cpu, bool timed_out);
   void end_halt(int cpu);
   void wake(int th, bool remote);
