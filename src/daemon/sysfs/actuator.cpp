@@ -1,7 +1,6 @@
 #include "sysfs/actuator.hpp"
 
 #include "sysfs/file_io.hpp"
-#include "tuning/observation.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -31,6 +30,12 @@ std::string identity_of(const std::string& path) {
 }
 
 }  // namespace
+
+std::string haltpoll_state_file(const std::string& state_dir) {
+  std::string dir = state_dir.empty() ? std::string(".") : state_dir;
+  if (dir.back() == '/') dir.pop_back();
+  return dir + "/haltpoll-params.json";
+}
 
 SysfsHaltpollParams::SysfsHaltpollParams(std::string sysfs_root, std::string state_file)
     : root_(std::move(sysfs_root)), state_file_(std::move(state_file)) {
