@@ -22,7 +22,8 @@ double round_to(double x, double unit) { return std::round(x / unit) / std::roun
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string path = argc > 1 && argv[1][0] ? argv[1] : HALTPOLL_SOURCE_DIR "/tests/data/real-guest/static-curve.jsonl";
+  const std::string path =
+      argc > 1 && argv[1][0] ? argv[1] : HALTPOLL_SOURCE_DIR "/tests/data/real-guest/static-curve.jsonl";
   const double secs = argc > 2 ? std::stod(argv[2]) : 2.0;
   std::ifstream in(path);
   if (!in) {

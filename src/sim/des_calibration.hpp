@@ -12,7 +12,7 @@ namespace haltpolld::des {
 
 // One point of the real curve: a load at a static cap, its result and its poll CPU.
 struct RealPoint {
-  std::string load;      // perf_pipe, load_timer, load_poisson
+  std::string load;  // perf_pipe, load_timer, load_poisson
   std::uint32_t cap = 0;
   std::string quantity;  // us_per_op, late_p50_us, rtt_p50_us
   double result = 0;
@@ -30,8 +30,8 @@ FitInputs fit_inputs_from(const std::vector<RealPoint>& curve, FitInputs base = 
 struct Prediction {
   RealPoint real;
   CellResult sim;
-  double sim_result = 0;      // the same quantity as real.result
-  double error_percent = 0;   // (sim - real) / real
+  double sim_result = 0;     // the same quantity as real.result
+  double error_percent = 0;  // (sim - real) / real
   double poll_error_points = 0;
 };
 

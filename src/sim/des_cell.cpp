@@ -5,8 +5,8 @@
 
 namespace haltpolld::des {
 
-CellResult run_cell(const Costs& costs, const Workload& load, int cpus, std::uint32_t cap_ns, Ns warmup,
-                    Ns duration, std::uint64_t seed, const std::string& metric) {
+CellResult run_cell(const Costs& costs, const Workload& load, int cpus, std::uint32_t cap_ns, Ns warmup, Ns duration,
+                    std::uint64_t seed, const std::string& metric) {
   GuestConfig cfg;
   cfg.cpus = cpus;
   cfg.costs = costs;

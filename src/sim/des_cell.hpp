@@ -10,7 +10,7 @@ namespace haltpolld::des {
 
 struct CellResult {
   double seconds = 0;
-  double result_mean_us = 0;    // the metric's mean (µs per round trip, lateness, RTT)
+  double result_mean_us = 0;  // the metric's mean (µs per round trip, lateness, RTT)
   double result_p50_us = 0;
   double result_p99_us = 0;
   std::uint64_t ops = 0;
@@ -24,7 +24,7 @@ struct CellResult {
 // Runs `load` on `cpus` vCPUs with guest_halt_poll_ns = cap for `warmup` then `duration` of virtual
 // time and reports the deltas over `duration`; `metric` names the load's result (every metric of that
 // name, one per copy of a load added several times; "" for none).
-CellResult run_cell(const Costs& costs, const Workload& load, int cpus, std::uint32_t cap_ns, Ns warmup,
-                    Ns duration, std::uint64_t seed, const std::string& metric);
+CellResult run_cell(const Costs& costs, const Workload& load, int cpus, std::uint32_t cap_ns, Ns warmup, Ns duration,
+                    std::uint64_t seed, const std::string& metric);
 
 }  // namespace haltpolld::des

@@ -82,7 +82,8 @@ Calibration fit_costs(const FitInputs& in, const FitAssumptions& as) {
   // Rare long delays: the share of periods at cap 200000 that exceeded the cap, each from one
   // wake-up whose tail exceeded 200 µs.
   const double tail_mean = as.tail_mean_us * 1000;
-  const double over_cap = in.pipe_entries_per_s_polling > 0 ? in.pipe_halts_per_s_polling / in.pipe_entries_per_s_polling : 0;
+  const double over_cap =
+      in.pipe_entries_per_s_polling > 0 ? in.pipe_halts_per_s_polling / in.pipe_entries_per_s_polling : 0;
   const double tail_p = std::min(1.0, over_cap / std::exp(-200000.0 / tail_mean));
 
   c.costs.wake_polling = Dist::with_mean(mean_h, as.wake_polling_sigma);

@@ -21,7 +21,7 @@ class Rng {
   explicit Rng(std::uint64_t seed) noexcept;
   std::uint64_t next() noexcept;
   double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double normal() noexcept;                                    // standard normal
+  double normal() noexcept;                                                            // standard normal
   double exponential(double mean) noexcept { return -mean * std::log1p(-uniform()); }
 
  private:
@@ -38,7 +38,9 @@ struct Dist {
 
   static Dist constant(double ns) { return Dist{ns, 0, 0, 0}; }
   // A log-normal with the given mean (not median) and σ.
-  static Dist with_mean(double mean_ns, double sigma) { return Dist{mean_ns / std::exp(sigma * sigma / 2), sigma, 0, 0}; }
+  static Dist with_mean(double mean_ns, double sigma) {
+    return Dist{mean_ns / std::exp(sigma * sigma / 2), sigma, 0, 0};
+  }
   double mean_ns() const noexcept { return median_ns * std::exp(sigma * sigma / 2) + tail_p * tail_mean_ns; }
   Ns draw(Rng& r) const noexcept;
 };

@@ -62,8 +62,8 @@ Guest::Guest(GuestConfig cfg, Workload load)
   const auto nmetrics = static_cast<int>(load_.metrics.size());
   for (const ThreadSpec& t : load_.threads) {
     if (t.cpu < 0 || t.cpu >= cfg_.cpus)
-      throw std::invalid_argument("thread " + t.name + " is placed on cpu " + std::to_string(t.cpu) + ", the guest has " +
-                                  std::to_string(cfg_.cpus));
+      throw std::invalid_argument("thread " + t.name + " is placed on cpu " + std::to_string(t.cpu) +
+                                  ", the guest has " + std::to_string(cfg_.cpus));
     bool advances = false;
     for (const Step& s : t.steps) {
       const bool channel = s.op == Step::Op::post || s.op == Step::Op::wait;
@@ -79,13 +79,15 @@ Guest::Guest(GuestConfig cfg, Workload load)
                  (s.op == Step::Op::compute && (s.d.median_ns > 0 || s.d.tail_p > 0));
     }
     if (!advances)
-      throw std::invalid_argument("thread " + t.name + ": its program never waits, sleeps or computes, so it would loop forever");
+      throw std::invalid_argument("thread " + t.name +
+                                  ": its program never waits, sleeps or computes, so it would loop forever");
     Thread th;
     th.cpu = t.cpu;
     th.steps = &t.steps;
     threads_.push_back(th);
   }
-  for (std::size_t i = 0; i < threads_.size(); ++i) cpus_[static_cast<std::size_t>(threads_[i].cpu)]->runq.push_back(static_cast<int>(i));
+  for (std::size_t i = 0; i < threads_.size(); ++i)
+    cpus_[static_cast<std::size_t>(threads_[i].cpu)]->runq.push_back(static_cast<int>(i));
   for (int c = 0; c < cfg_.cpus; ++c) {
     if (cfg_.costs.housekeeping_gap.median_ns > 0)
       push(cfg_.costs.housekeeping_gap.draw(rng_), housekeeping, static_cast<std::uint32_t>(c));
@@ -112,9 +114,7 @@ void Guest::run_until(Ns t) {
 
 void Guest::dispatch(const Event& e) {
   switch (static_cast<Kind>(e.kind)) {
-    case step_done:
-      run_thread(threads_[e.a].cpu, static_cast<int>(e.a));
-      break;
+    case step_done: run_thread(threads_[e.a].cpu, static_cast<int>(e.a)); break;
     case poll_timeout: {
       Cpu& c = *cpus_[e.a];
       if (e.gen != c.timeout_gen) break;  // disarmed by a shorter poll's own timeout
@@ -128,24 +128,18 @@ void Guest::dispatch(const Event& e) {
       enter_idle(static_cast<int>(e.a));
       break;
     }
-    case halt_end:
-      end_halt(static_cast<int>(e.a));
-      break;
+    case halt_end: end_halt(static_cast<int>(e.a)); break;
     case resume: {
       Cpu& c = *cpus_[e.a];
       if (c.gen != e.gen) break;
       c.st = Cpu::St::running;
       const int th = c.waking;
       c.waking = -1;
-      if (th >= 0)
-        run_thread(static_cast<int>(e.a), th);
-      else
-        switch_out(static_cast<int>(e.a));
+      if (th >= 0) run_thread(static_cast<int>(e.a), th);
+      else switch_out(static_cast<int>(e.a));
       break;
     }
-    case timer:
-      wake(static_cast<int>(e.a), false);
-      break;
+    case timer: wake(static_cast<int>(e.a), false); break;
     case housekeeping: {
       Cpu& c = *cpus_[e.a];
       push(now_ + std::max<Ns>(1, cfg_.costs.housekeeping_gap.draw(rng_)), housekeeping, e.a);
@@ -163,7 +157,8 @@ void Guest::dispatch(const Event& e) {
 }
 
 Ns Guest::steal(Ns d) {
-  if (cfg_.costs.steal_probability > 0 && rng_.uniform() < cfg_.costs.steal_probability) d += cfg_.costs.steal.draw(rng_);
+  if (cfg_.costs.steal_probability > 0 && rng_.uniform() < cfg_.costs.steal_probability)
+    d += cfg_.costs.steal.draw(rng_);
   return d;
 }
 
@@ -182,12 +177,8 @@ void Guest::run_thread(int cpu, int th) {
     const Step& s = steps[t.pc];
     t.pc = t.pc + 1 == steps.size() ? 0 : t.pc + 1;
     switch (s.op) {
-      case Step::Op::compute:
-        push(now_ + steal(s.d.draw(rng_)), step_done, static_cast<std::uint32_t>(th));
-        return;
-      case Step::Op::post:
-        post(s.arg, cpu);
-        break;
+      case Step::Op::compute: push(now_ + steal(s.d.draw(rng_)), step_done, static_cast<std::uint32_t>(th)); return;
+      case Step::Op::post: post(s.arg, cpu); break;
       case Step::Op::wait: {
         auto& tok = tokens_[static_cast<std::size_t>(s.arg)];
         if (tok > 0) {
@@ -207,12 +198,11 @@ void Guest::run_thread(int cpu, int th) {
         return;
       }
       case Step::Op::sleep_exp:
-        push(now_ + std::llround(rng_.exponential(static_cast<double>(s.period))), timer, static_cast<std::uint32_t>(th));
+        push(now_ + std::llround(rng_.exponential(static_cast<double>(s.period))), timer,
+             static_cast<std::uint32_t>(th));
         switch_out(cpu);
         return;
-      case Step::Op::begin:
-        t.begin_t = now_;
-        break;
+      case Step::Op::begin: t.begin_t = now_; break;
       case Step::Op::end: {
         MetricStats& m = *metrics_[static_cast<std::size_t>(s.arg)];
         m.hist.record(static_cast<std::uint64_t>(now_ - t.begin_t));
@@ -240,9 +230,7 @@ void Guest::wake(int th, bool remote) {
   const auto a = static_cast<std::uint32_t>(cpu);
   switch (c.st) {
     case Cpu::St::running:
-    case Cpu::St::waking:
-      c.runq.push_back(th);
-      return;
+    case Cpu::St::waking: c.runq.push_back(th); return;
     case Cpu::St::poll: {
       // The poll sees need-resched at once; a remote waker found the polling flag and sent no IPI.
       end_poll(cpu, false);
@@ -326,10 +314,8 @@ void Guest::end_halt(int cpu) {
   ++c.counters.usage[CpuCounters::halt];
   c.counters.time_ns[CpuCounters::halt] += res;
   c.hist.halt_residency.record(res);
-  if (c.halt_after_poll)
-    c.hist.poll_halt.record(c.poll_ns + res);
-  else
-    c.hist.halt.record(res);
+  if (c.halt_after_poll) c.hist.poll_halt.record(c.poll_ns + res);
+  else c.hist.halt.record(res);
   log(now_, cpu, TraceEvent::Kind::cpu_idle, -1);
   c.last_state = 1;
   const std::uint64_t old = c.gov.window_ns();

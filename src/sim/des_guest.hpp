@@ -165,8 +165,8 @@ class Guest {
   std::priority_queue<Event, std::vector<Event>, std::greater<>> q_;
   std::vector<std::unique_ptr<Cpu>> cpus_;
   std::vector<Thread> threads_;
-  std::vector<std::int64_t> tokens_;                 // per channel
-  std::vector<std::vector<int>> waiters_;            // per channel, FIFO of thread ids
+  std::vector<std::int64_t> tokens_;       // per channel
+  std::vector<std::vector<int>> waiters_;  // per channel, FIFO of thread ids
   std::vector<std::unique_ptr<MetricStats>> metrics_;
   std::vector<TraceEvent> log_;
 };

@@ -52,8 +52,8 @@ Workload request_response_load(int client_cpu, int server_cpu, Dist think, Dist 
   return rr("rr", client_cpu, server_cpu, compute(think), server_work, hop_work, block);
 }
 
-Workload poisson_load(int client_cpu, int server_cpu, double rate_per_s, Dist server_work, Dist hop_work,
-                      Dist block, Dist switch_cost) {
+Workload poisson_load(int client_cpu, int server_cpu, double rate_per_s, Dist server_work, Dist hop_work, Dist block,
+                      Dist switch_cost) {
   return rr("poisson", client_cpu, server_cpu, sleep_exp(static_cast<Ns>(1e9 / rate_per_s)), server_work, hop_work,
             block, switch_cost);
 }

@@ -20,10 +20,10 @@ namespace haltpolld::des {
 struct Step {
   enum class Op : std::uint8_t { compute, post, wait, sleep_period, sleep_exp, begin, end };
   Op op = Op::compute;
-  Dist d;          // compute
-  int arg = 0;     // channel (post, wait) or metric (begin, end, sleep_period's lateness)
-  Ns period = 0;   // sleep_period; sleep_exp: the mean
-  Ns slack = 0;    // sleep_period
+  Dist d;         // compute
+  int arg = 0;    // channel (post, wait) or metric (begin, end, sleep_period's lateness)
+  Ns period = 0;  // sleep_period; sleep_exp: the mean
+  Ns slack = 0;   // sleep_period
 };
 
 struct ThreadSpec {
@@ -46,7 +46,9 @@ namespace step {
 inline Step compute(Dist d) { return Step{Step::Op::compute, d, 0, 0, 0}; }
 inline Step post(int ch) { return Step{Step::Op::post, {}, ch, 0, 0}; }
 inline Step wait(int ch) { return Step{Step::Op::wait, {}, ch, 0, 0}; }
-inline Step sleep_period(Ns period, Ns slack, int metric) { return Step{Step::Op::sleep_period, {}, metric, period, slack}; }
+inline Step sleep_period(Ns period, Ns slack, int metric) {
+  return Step{Step::Op::sleep_period, {}, metric, period, slack};
+}
 inline Step sleep_exp(Ns mean) { return Step{Step::Op::sleep_exp, {}, 0, mean, 0}; }
 inline Step begin(int metric) { return Step{Step::Op::begin, {}, metric, 0, 0}; }
 inline Step end(int metric) { return Step{Step::Op::end, {}, metric, 0, 0}; }
@@ -57,13 +59,12 @@ inline Step end(int metric) { return Step{Step::Op::end, {}, metric, 0, 0}; }
 Workload pipe_load(int cpu_a, int cpu_b, Dist work, Dist block);
 // A client on client_cpu and a server on server_cpu, one request outstanding: the client thinks,
 // sends, waits for the reply; the server does `server_work`. Metric "rtt".
-Workload request_response_load(int client_cpu, int server_cpu, Dist think, Dist server_work, Dist hop_work,
-                               Dist block);
+Workload request_response_load(int client_cpu, int server_cpu, Dist think, Dist server_work, Dist hop_work, Dist block);
 // Open-loop Poisson arrivals at rate_per_s (the client sleeps an exponential gap between
 // requests), otherwise request/response; each side pays `switch_cost` when it resumes after its
 // wait (a context switch when both share a vCPU). Metric "rtt".
-Workload poisson_load(int client_cpu, int server_cpu, double rate_per_s, Dist server_work, Dist hop_work,
-                      Dist block, Dist switch_cost = {});
+Workload poisson_load(int client_cpu, int server_cpu, double rate_per_s, Dist server_work, Dist hop_work, Dist block,
+                      Dist switch_cost = {});
 // A periodic timer (bench_load_timer): wake at every multiple of period, run `busy`. Metric "lateness".
 Workload timer_load(int cpu, Ns period, Ns slack, Dist busy);
 // Nothing but the background interrupts (Costs::housekeeping_gap).

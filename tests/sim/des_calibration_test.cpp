@@ -38,14 +38,14 @@ TEST_CASE("des calibration: held-out caps of the real static curve are predicted
   const Calibration cal = fit_costs(fit_inputs_from(curve));
   const auto preds = predict(cal, curve, 1'000'000'000, 1);
 
-  std::printf("%-13s %7s %-12s %9s %9s %7s %9s %9s %9s %9s %9s  %s\n", "load", "cap", "quantity", "real", "sim",
-              "err%", "poll_real", "poll_sim", "halts/s", "entries/s", "ipi_skip/s", "role");
+  std::printf("%-13s %7s %-12s %9s %9s %7s %9s %9s %9s %9s %9s  %s\n", "load", "cap", "quantity", "real", "sim", "err%",
+              "poll_real", "poll_sim", "halts/s", "entries/s", "ipi_skip/s", "role");
   double worst_result = 0, worst_poll = 0;
   int checked = 0;
   for (const Prediction& p : preds) {
     const char* role = fit_cap(p.real.cap) ? "fit" : asserted(p.real) ? "held-out" : "held-out, not asserted";
-    std::printf("%-13s %7u %-12s %9.2f %9.2f %7.1f %9.2f %9.2f %9.0f %9.0f %9.0f  %s\n", p.real.load.c_str(), p.real.cap,
-                p.real.quantity.c_str(), p.real.result, p.sim_result, p.error_percent, p.real.poll_percent,
+    std::printf("%-13s %7u %-12s %9.2f %9.2f %7.1f %9.2f %9.2f %9.0f %9.0f %9.0f  %s\n", p.real.load.c_str(),
+                p.real.cap, p.real.quantity.c_str(), p.real.result, p.sim_result, p.error_percent, p.real.poll_percent,
                 p.sim.poll_percent_per_cpu, p.sim.halts_per_s, p.sim.idle_entries_per_s, p.sim.ipi_skips_per_s, role);
     if (!asserted(p.real)) continue;
     ++checked;
@@ -78,9 +78,11 @@ TEST_CASE("des calibration: held-out caps of the real static curve are predicted
 }
 
 TEST_CASE("des calibration: a malformed static curve is refused with its line", "[des][calibration]") {
-  std::istringstream bad("{\"load\": \"perf_pipe\", \"cap\": 0, \"us_per_op\": 44, \"poll_cpu_percent_per_cpu\": 0}\n{\"load\": 3}\n");
+  std::istringstream bad(
+      "{\"load\": \"perf_pipe\", \"cap\": 0, \"us_per_op\": 44, \"poll_cpu_percent_per_cpu\": 0}\n{\"load\": 3}\n");
   CHECK_THROWS_WITH(read_static_curve(bad), Catch::Contains("line 2"));
-  std::istringstream partial("{\"load\": \"perf_pipe\", \"cap\": 0, \"us_per_op\": 44, \"poll_cpu_percent_per_cpu\": 0}\n");
+  std::istringstream partial(
+      "{\"load\": \"perf_pipe\", \"cap\": 0, \"us_per_op\": 44, \"poll_cpu_percent_per_cpu\": 0}\n");
   CHECK_THROWS_WITH(fit_inputs_from(read_static_curve(partial)), Catch::Contains("perf_pipe point at cap 200000"));
 }
 
@@ -111,7 +113,9 @@ TEST_CASE("des calibration: halts per second of a run without perf attached", "[
     std::printf("%-11s %7u %10.0f %10.0f %11.0f %11.0f %9.2f %9.2f  %s\n", load.c_str(), cap, real, r.halts_per_s,
                 j.at("idle_entries_per_s").get<double>(), r.idle_entries_per_s,
                 j.at("poll_cpu_percent_per_cpu").get<double>(), r.poll_percent_per_cpu,
-                fit_cap(cap) ? "fit cap" : assert_it ? "held-out" : "held-out, not asserted");
+                fit_cap(cap) ? "fit cap"
+                : assert_it  ? "held-out"
+                             : "held-out, not asserted");
     if (!assert_it) continue;
     ++checked;
     CAPTURE(load, cap, real, r.halts_per_s);

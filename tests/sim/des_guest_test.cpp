@@ -257,7 +257,8 @@ TEST_CASE("des: steal stretches the closed loop and breaks its polling", "[des]"
   Costs stolen = cal.costs;
   stolen.steal_probability = 0.01;
   stolen.steal = Dist::with_mean(300000, 0.5);  // another guest runs for ~300 µs on the physical CPU
-  const CellResult clean = run_cell(cal.costs, calibrated_pipe(cal), 2, 200000, 50'000'000, 300'000'000, 4, "round_trip");
+  const CellResult clean =
+      run_cell(cal.costs, calibrated_pipe(cal), 2, 200000, 50'000'000, 300'000'000, 4, "round_trip");
   const CellResult noisy = run_cell(stolen, calibrated_pipe(cal), 2, 200000, 50'000'000, 300'000'000, 4, "round_trip");
   std::printf("des steal: pipe at 200000 %.2f -> %.2f us/op, %.0f -> %.0f halts/s\n", clean.result_mean_us,
               noisy.result_mean_us, clean.halts_per_s, noisy.halts_per_s);
