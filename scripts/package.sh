@@ -4,9 +4,11 @@
 # `dpkg-buildpackage -us -uc -b`, then runs lintian on the result, which must report no error and no
 # warning (overrides, each with its reason, live in debian/*.lintian-overrides).
 # Usage: scripts/package.sh [OUTDIR]   (default: out/deb; the .deb files and the .changes land there)
-# Needs debhelper, dpkg-dev, lintian and the Build-Depends (scripts/install-deps.sh installs them).
+# On a fresh Debian 12 machine this one command is enough: it first installs what is missing
+# (scripts/install-deps.sh: debhelper, dpkg-dev, lintian and the Build-Depends; root or sudo then).
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
+"$src/scripts/install-deps.sh"
 out="$(realpath -m "${1:-$src/out/deb}")"
 version="$(dpkg-parsechangelog -l "$src/debian/changelog" -S Version)"
 
