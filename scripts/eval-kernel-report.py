@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summary, targets and plot data of scripts/eval-kernel.sh (issue 14's targets, docs/tuning.md).
+"""Summary, targets and plot data of scripts/eval-kernel.sh (the targets of docs/tuning.md, "Evaluation").
 
 Reads <out>/loads.jsonl (one row per load x setting x round), change.jsonl and
 decisions-change.json (balanced's load-change run), change-baselines.jsonl (the same chunks under
@@ -59,7 +59,7 @@ for load in loads:
         lines.append(f"| {load} | value at end (ns) | " + " | ".join(
             fmt(d[s]["value_after"], 0) if s in pol else "" for s in settings) + " |")
 
-# Per-load criteria (issue 14), applied to every setting.
+# Per-load criteria (docs/tuning.md, "Evaluation"), applied to every setting.
 def best_static(load):
     key, _, pick = METRIC[load]
     vals = [(summary["loads"][load][s]["metric"], s) for s in statics if summary["loads"][load][s]["metric"] is not None]

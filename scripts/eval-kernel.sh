@@ -59,7 +59,7 @@ command -v perf >/dev/null || { echo "eval-kernel: perf (linux-perf) missing" >&
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 
-# Every writer of the real parameters holds this lock for its whole run (helper rules).
+# Every writer of the real parameters holds this lock for its whole run (tests and scripts alike).
 exec 9>/tmp/haltpoll-real-sysfs.lock
 flock 9
 declare -A FOUND

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages haltpolld needs that are missing. Idempotent; silent when
-# everything is present. Usage: scripts/install-deps.sh [--arm64] [--extra]
+# everything is present. Usage: scripts/install-deps.sh [--arm64] [--arm64-vm] [--extra]
 #   --arm64  also the arm64 cross toolchain, qemu-user and the :arm64 -dev libraries (multiarch)
+#   --arm64-vm  --arm64, and what tests/arm64vm needs: libbpf for arm64, qemu-system-aarch64, and
+#            the foreign-architecture bootstrap of the guest's root file system (arch-test, binfmt)
 #   --extra  also the tools of the optional checks (clang's sanitizer runtime for fuzzing, gnuplot:
 #            also for contrib/grafana/plot-panels.sh and scripts/eval-kernel.sh's plots)
 set -euo pipefail
 
-want_arm64=0 want_extra=0
+want_arm64=0 want_arm64_vm=0 want_extra=0
 for a in "$@"; do
   case "$a" in
     --arm64) want_arm64=1 ;;
+    --arm64-vm) want_arm64=1 want_arm64_vm=1 ;;
     --extra) want_extra=1 ;;
-    *) echo "usage: $0 [--arm64] [--extra]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--arm64] [--arm64-vm] [--extra]" >&2; exit 2 ;;
   esac
 done
 
@@ -28,10 +31,12 @@ done
 # debhelper, dpkg-dev, fakeroot and lintian build and check the Debian packages (scripts/package.sh,
 # tests/package); golang-go with golang-github-varlink-go-dev builds the reference varlink client of
 # tests/varlink (offline, from /usr/share/gocode).
+# python3-fusepy and fuse3 serve the FUSE fake sysfs of the fault-injection campaigns (tests/faults,
+# label "faults": the real daemon against a tree that slows and refuses its writes; needs root).
 pkgs=(cmake make g++ pkg-config libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
       catch2 libsystemd-dev liburcu-dev systemd util-linux procps spin xz-utils
       clang libbpf-dev bpftool libelf-dev zlib1g-dev linux-perf
-      prometheus prometheus-node-exporter python3 curl mmdebstrap
+      prometheus prometheus-node-exporter python3 curl mmdebstrap python3-fusepy fuse3
       debhelper dpkg-dev fakeroot lintian golang-go golang-github-varlink-go-dev)
 if [ "$want_arm64" = 1 ]; then
   # Multiarch: the arm64 builds of the compiled libraries come from Debian's own :arm64 packages,
@@ -39,6 +44,10 @@ if [ "$want_arm64" = 1 ]; then
   # CLI11, Catch2) are architecture-independent and serve both.
   pkgs+=(g++-aarch64-linux-gnu qemu-user-static libspdlog-dev:arm64 libfmt-dev:arm64
          libsystemd-dev:arm64 libboost-dev:arm64 liburcu-dev:arm64)
+fi
+if [ "$want_arm64_vm" = 1 ]; then
+  pkgs+=(libbpf-dev:arm64 libelf-dev:arm64 zlib1g-dev:arm64 qemu-system-arm arch-test binfmt-support
+         e2fsprogs file)
 fi
 if [ "$want_extra" = 1 ]; then
   pkgs+=(libclang-rt-14-dev gnuplot-nox)

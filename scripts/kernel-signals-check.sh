@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The "done when" for the eBPF kernel signals, on a guest whose cpuidle driver is haltpoll:
+# The acceptance checks of the eBPF kernel signals, on a guest whose cpuidle driver is haltpoll:
 # under `perf bench sched pipe` at guest_halt_poll_ns = 0, 50000 and 200000,
 #   - the program's IPI-skip count vs `perf stat -a -e sched:sched_wake_idle_without_ipi` (within 1 %),
 #   - its idle entries vs perf's power:cpu_idle entry events per CPU (perf -A; exits and all counted too),

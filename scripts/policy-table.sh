@@ -2,7 +2,7 @@
 # Window-policy evaluation (docs/performance.md, "Window policies in the simulator"): generates the
 # trace families with bench/tools/gen_traces, replays each through `haltpolld simulate` with every policy
 # for miss costs of 10, 30 and 100 µs, and prints the markdown table of costs relative to `oracle`,
-# followed by the check of the targets.
+# followed by the check of the policy targets (docs/performance.md, "Window policies in the simulator").
 #
 # Usage: scripts/policy-table.sh [BUILD_DIR]
 #   BUILD_DIR defaults to build/release (configured with the release preset and built if needed).

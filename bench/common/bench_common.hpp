@@ -1,4 +1,4 @@
-// CPU placement helpers shared by the benchmarks that pin threads (bench_barrier, bench_pool,
+// CPU placement functions shared by the benchmarks that pin threads (bench_barrier, bench_pool,
 // bench_handoff_floor): the library's affinity functions with the benchmarks' error convention.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Clock and CPU-time helpers shared by the load generators (bench/load/*.cpp). They use
+// Clock and CPU-time functions shared by the load generators (bench/load/*.cpp). They use
 // CLOCK_MONOTONIC and getrusage directly, not libhaltpoll's clock, so that the loads measure the
 // system the same way whatever the library under test does.
 #pragma once

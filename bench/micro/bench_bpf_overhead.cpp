@@ -10,7 +10,7 @@
 // Measures:
 //   - the load's own cost: µs per pipe round trip per variant, its ratio to `without`, and from the
 //     extra time per idle entry the share of one CPU at 100k idle entries/s, the rate of the
-//     issue's target (<= 0.5 % of one CPU). This is the measure that sees everything (dispatch
+//     eBPF overhead target (<= 0.5 % of one CPU). This is the measure that sees everything (dispatch
 //     included); on a pipe the idle periods sit in the round trip's critical path.
 //   - the dispatch into BPF alone, per event, on a tracepoint this process fires itself
 //     (task:task_rename), which needs no idle CPU;

@@ -600,12 +600,12 @@ int main(int argc, char** argv) {
     j.raw("sweep", arr.done());
   }
 
-  // Targets of issue 4, evaluated on this run.
+  // The pool's targets (docs/performance.md, "Worker pool"), evaluated on this run.
   Json t;
   const double pool_p50 = static_cast<double>(pool.result.one_way.percentile(0.5));
   j.num("pool_over_raw_spin_p50", pool_p50 / static_cast<double>(std::max<std::uint64_t>(raw.one_way.percentile(0.5), 1)));
   t.boolean("pool_p50_le_2x_raw_spin", pool_p50 <= 2.0 * static_cast<double>(raw.one_way.percentile(0.5)));
-  // Issue 16 (sampled stamps): 1.5x where a raw hand-off takes >= 50 ns, 2x below (the host's fast mode).
+  // With sampled stamps: 1.5x where a raw hand-off takes >= 50 ns, 2x below (the host's fast mode).
   {
     const auto raw_p50 = static_cast<double>(raw.one_way.percentile(0.5));
     t.boolean("pool_p50_within_sampled_target", pool_p50 <= (raw_p50 >= 50.0 ? 1.5 : 2.0) * raw_p50);

@@ -106,7 +106,23 @@ class WindowPolicy {
   // The length of the coming idle period (only "oracle" uses it).
   virtual void hint_next_idle_ns(std::uint64_t) noexcept {}
   virtual const char* name() const noexcept = 0;
+  // All haltpoll module parameters at once (cap, grow, shrink, grow_start, allow_shrink), as a
+  // write to /sys/module/haltpoll/parameters does: "haltpoll" keeps its per-CPU limit and applies
+  // them at its next adjustment; the other policies take the cap only. Last in the class, so that
+  // the slots of the functions above stay where they were.
+  virtual void set_haltpoll_params(const HaltpollParams& p) noexcept { set_cap_ns(p.guest_halt_poll_ns); }
 };
+
+// The branch the kernel's adjust_poll_limit takes for a halt of block_ns at per-CPU limit
+// `limit_ns`: the tracepoint power:guest_halt_poll_ns fires on grow and shrink, also when the value
+// does not change.
+enum class HaltpollBranch : std::uint8_t { none, grow, shrink };
+constexpr HaltpollBranch haltpoll_branch(std::uint64_t limit_ns, std::uint64_t block_ns,
+                                         const HaltpollParams& p) noexcept {
+  if (block_ns > limit_ns && block_ns <= p.guest_halt_poll_ns) return HaltpollBranch::grow;
+  if (block_ns > p.guest_halt_poll_ns && p.guest_halt_poll_allow_shrink) return HaltpollBranch::shrink;
+  return HaltpollBranch::none;
+}
 
 // spec: "haltpoll" | "adaptive" | "static:<ns>" | "oracle". Throws std::invalid_argument.
 std::unique_ptr<WindowPolicy> make_window_policy(std::string_view spec, const PolicyParams& params = {});
@@ -121,6 +137,7 @@ class WindowGovernor {
   void record(std::uint64_t idle_ns, std::uint64_t window_ns) noexcept { policy_->record(idle_ns, window_ns); }
   void set_cap_ns(std::uint64_t cap_ns) noexcept { policy_->set_cap_ns(cap_ns); }
   void set_miss_cost_ns(std::uint64_t miss_cost_ns) noexcept { policy_->set_miss_cost_ns(miss_cost_ns); }
+  void set_haltpoll_params(const HaltpollParams& p) noexcept { policy_->set_haltpoll_params(p); }
   void hint_next_idle_ns(std::uint64_t idle_ns) noexcept { policy_->hint_next_idle_ns(idle_ns); }
   const WindowPolicy& policy() const noexcept { return *policy_; }
 

@@ -2,7 +2,7 @@
 #include "client.hpp"
 #include "views.hpp"
 
-#include "control/interface.hpp"
+#include "varlink/io_haltpolld.hpp"
 
 #include "haltpoll/version.hpp"
 

@@ -15,6 +15,24 @@ namespace haltpolld {
 
 using nlohmann::json;
 
+std::string_view to_string(Policy p) noexcept {
+  switch (p) {
+    case Policy::static_value: return "static";
+    case Policy::latency: return "latency";
+    case Policy::budget: return "budget";
+    case Policy::balanced: return "balanced";
+  }
+  return "?";
+}
+
+std::optional<Policy> policy_from_string(std::string_view s) noexcept {
+  if (s == "static") return Policy::static_value;
+  if (s == "latency") return Policy::latency;
+  if (s == "budget") return Policy::budget;
+  if (s == "balanced") return Policy::balanced;
+  return std::nullopt;
+}
+
 ConfigError::ConfigError(std::string path, std::string reason)
     : std::runtime_error((path.empty() ? std::string("config") : "config " + path) + ": " + reason),
       path_(std::move(path)),
@@ -101,8 +119,8 @@ const Enum<Mode>& mode_names() {
   static const Enum<Mode> e{{{"observe", Mode::observe}, {"kernel", Mode::kernel}}};
   return e;
 }
-// The tuner's policies under the tuner's own names (its enum counts from 0; to_string gives "?"
-// past the last one), so that a policy added there is accepted here without another list.
+// The tuner's policies under their names (the enum counts from 0; to_string gives "?" past the
+// last one), so that a policy added to tuner_policy.hpp is accepted here without another list.
 const Enum<Policy>& tuner_policy_names() {
   static const Enum<Policy> e = [] {
     Enum<Policy> r;

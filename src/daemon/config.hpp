@@ -6,7 +6,7 @@
 #pragma once
 
 #include "haltpoll/governor.hpp"
-#include "tuning/tuner.hpp"
+#include "tuner_policy.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 

@@ -9,6 +9,7 @@
 #include "logging.hpp"
 #include "control/prometheus.hpp"
 #include "sysfs/file_io.hpp"
+#include "sysfs/sysfs_edges.hpp"
 #include "notify.hpp"
 #include "varlink/varlink.hpp"
 
@@ -155,8 +156,6 @@ ControlServerOptions Daemon::Impl::server_options(const Config& c) const {
 
 ControllerOptions Daemon::Impl::controller_options(const Config& c) const {
   ControllerOptions o;
-  o.sysfs_root = c.sysfs_root;
-  o.state_dir = effective_state_dir(c);
   o.kernel_mode = c.mode == Mode::kernel;
   for (unsigned cpu : cpus_) o.cpus.push_back(static_cast<int>(cpu));
   o.tuner.policy = c.tuner.policy;
@@ -471,7 +470,10 @@ int Daemon::Impl::run() {
     po.latency_sample_every = 1;
     pool_ = std::make_unique<haltpoll::WorkerPool>(po);
     for (const auto& [cpu, reason] : pool_->pin_failures()) spdlog::warn("worker of CPU {} runs unpinned: {}", cpu, reason);
-    controller_ = std::make_unique<Controller>(controller_options(config_), pool_.get());
+    // The real kernel's edges: its files under sysfs_root, the originals in the state directory.
+    ControllerOptions co = controller_options(config_);
+    GuestEdges edges = sysfs_edges(config_.sysfs_root, effective_state_dir(config_), co.cpus);
+    controller_ = std::make_unique<Controller>(std::move(co), std::move(edges), pool_.get());
     controller_->start();
     register_control_interface(registry_, *this);
     server_ = std::make_unique<ControlServer>(io_, registry_, server_opts);

@@ -8,7 +8,7 @@
 
 #include "control/stats.hpp"
 #include "tuning/controller_status.hpp"
-#include "tuning/observation.hpp"
+#include "tuning/decision.hpp"
 
 #include <optional>
 #include <string>

@@ -1,10 +1,12 @@
 // haltpolld entry point: command line (CLI11) → config → Daemon.
 #include "config.hpp"
 #include "daemon.hpp"
+#include "instance_lock.hpp"
 #include "logging.hpp"
 #include "sim/simulate.hpp"
 
 #include "idle_record.hpp"
+#include "sysfs/actuator.hpp"
 
 #include "haltpoll/version.hpp"
 
@@ -14,9 +16,11 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <string>
 #include <vector>
 
 using haltpolld::ExitCode;
@@ -39,6 +43,31 @@ std::function<int()> add_record_command(CLI::App& parent) {
   app->add_option("--output", o->output, "file to write ('-' for stdout); replaced only when the recording succeeds")
       ->required();
   return [o] { return haltpolld::run_record(*o, std::cerr); };
+}
+
+// `haltpolld --restore`: the unit's ExecStopPost. After a daemon that did not stop cleanly (SIGKILL,
+// a crash, the watchdog), puts back the originals its state file holds, exactly as the next start
+// would, so that stopping the unit without a restart leaves nothing changed. Nothing to do after a
+// clean stop (the daemon removed the file). Refuses while a daemon holds the instance's locks.
+int restore_originals(const haltpolld::Config& config) {
+  const std::string state_dir = haltpolld::effective_state_dir(config);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(state_dir, ec)) return ExitCode::ok;  // no state file to put back
+  // A running daemon holds its state directory's lock for as long as it runs.
+  std::string why;
+  const auto lock = haltpolld::InstanceLock::acquire_directory(state_dir, "state directory", why);
+  if (!lock) {
+    spdlog::critical("not restoring: {}", why);
+    return ExitCode::already_running;
+  }
+  haltpolld::SysfsHaltpollParams params(config.sysfs_root, haltpolld::haltpoll_state_file(state_dir));
+  const auto r = params.recover();
+  if (!r.ok) {
+    spdlog::error("{}", r.message);
+    return ExitCode::runtime_error;
+  }
+  if (!r.message.empty()) spdlog::warn("{}", r.message);
+  return ExitCode::ok;
 }
 
 constexpr AddSubcommand kSubcommands[] = {
@@ -64,7 +93,7 @@ int main(int argc, char** argv) {
 
   std::string config_file = HALTPOLLD_DEFAULT_CONFIG_FILE;
   std::string mode, socket_path, sysfs_root, log_level;
-  bool foreground = false, check_config = false;
+  bool foreground = false, check_config = false, restore = false;
   auto* config_opt = app.add_option("-c,--config", config_file, "configuration file")->capture_default_str();
   app.add_option("--mode", mode, "override mode")->check(CLI::IsMember(haltpolld::config_choices("/mode")));
   app.add_option("--socket", socket_path, "override socket.path");
@@ -73,6 +102,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(haltpolld::config_choices("/log/level")));
   app.add_flag("-f,--foreground", foreground, "stay in the foreground (haltpolld never forks; accepted for clarity)");
   app.add_flag("--check-config", check_config, "validate the configuration, print the effective one as JSON and exit");
+  app.add_flag("--restore", restore,
+               "put back the haltpoll parameters and governor saved by a daemon that did not stop cleanly, then "
+               "exit (the unit's ExecStopPost)");
 
   try {
     app.parse(argc, argv);
@@ -107,6 +139,7 @@ int main(int argc, char** argv) {
 
   try {
     haltpolld::setup_logging(config.log.level);
+    if (restore) return restore_originals(config);
     haltpolld::Daemon daemon(config, config_file, overrides);
     return daemon.run();
   } catch (const std::exception& e) {

@@ -36,6 +36,7 @@ class HaltpollPolicy final : public WindowPolicy {
     // Like writing the module parameter: the per-CPU limit is left alone until the next adjustment.
     p_.guest_halt_poll_ns = static_cast<std::uint32_t>(std::min<std::uint64_t>(cap_ns, UINT32_MAX));
   }
+  void set_haltpoll_params(const HaltpollParams& p) noexcept override { p_ = p; }
   std::uint64_t cap_ns() const noexcept override { return p_.guest_halt_poll_ns; }
   const char* name() const noexcept override { return "haltpoll"; }
 

@@ -1,6 +1,6 @@
 #include "sim/guest_model.hpp"
 
-#include "sysfs/sensors.hpp"
+#include "signals/kernel_signals.hpp"
 
 #include <algorithm>
 

@@ -15,7 +15,7 @@
 // Deterministic for a given seed; single-threaded; no clocks.
 #pragma once
 
-#include "tuning/observation.hpp"
+#include "signals/observation.hpp"
 
 #include <haltpoll/governor.hpp>
 #include <haltpoll/latency_histogram.hpp>

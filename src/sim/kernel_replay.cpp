@@ -33,12 +33,8 @@ T number(std::string_view s, std::uint64_t lineno, const char* what) {
 }
 
 // The model's branch for one halt, as the kernel's adjust_poll_limit would take it.
-enum class Branch { none, grow, shrink };
-Branch branch_of(std::uint64_t limit, std::uint64_t block_ns, const haltpoll::HaltpollParams& p) {
-  if (block_ns > limit && block_ns <= p.guest_halt_poll_ns) return Branch::grow;
-  if (block_ns > p.guest_halt_poll_ns && p.guest_halt_poll_allow_shrink) return Branch::shrink;
-  return Branch::none;
-}
+using Branch = haltpoll::HaltpollBranch;
+constexpr auto branch_of = haltpoll::haltpoll_branch;
 
 // A haltpoll model whose limit starts at `limit`: grown from 0 through its own rule (0 →
 // grow_start → ×grow …), so only values that rule can reach are accepted.

@@ -130,6 +130,29 @@ TEST_CASE("haltpollctl: read commands, human and --json") {
   CHECK(d.stop() == 0);
 }
 
+TEST_CASE("haltpollctl: status says whether the kernel of the guest the tree is shaped like polls") {
+  // Under `scripts/test.sh guest-kinds` the fixture's tree is shaped like each kind of guest in turn.
+  Daemon d(json{{"tuner", {{"interval_ms", 100}}}});
+  std::string out;
+  for (auto deadline = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < deadline;) {
+    auto r = ctl(d, {"status"});
+    REQUIRE(r.code == 0);
+    out = r.out;
+    if (out.find("polling:  ") != std::string::npos) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  INFO(out);
+  if (d.guest == testsupport::GuestKind::haltpoll_driver) {
+    CHECK(out.find("polling:  yes: cpuidle driver haltpoll, governor haltpoll\n") != std::string::npos);
+  } else {
+    // No driver registered (or no driver files at all): the reason names what is in force and the remedy.
+    CHECK(out.find("polling:  no: this guest's kernel does not poll") != std::string::npos);
+    CHECK(out.find("cpuidle_haltpoll.force=1") != std::string::npos);
+    if (d.guest == testsupport::GuestKind::no_driver) CHECK(out.find("current_driver is 'none'") != std::string::npos);
+  }
+  CHECK(d.stop() == 0);
+}
+
 TEST_CASE("haltpollctl: the kernel's view (stats --kernel, top, histogram --kernel) from advancing cpuidle counters") {
   // The test writes one tick's counters between two ticks and reads that tick back with several
   // haltpollctl runs before the next one: 3 s leaves room for slow runs (a sanitizer build on a

@@ -9,10 +9,11 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
 fi
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-# verify wants ExecStart and ExecReload to exist: point them at the binaries under test (the unit
+# verify wants ExecStart, ExecReload and ExecStopPost to exist: point them at the binaries under test (the unit
 # names the configured directories, where nothing may be installed yet).
 grep -q '^ExecStart=/[^ ]*/haltpolld ' "$unit" || { echo "no absolute ExecStart= in $unit" >&2; exit 1; }
-sed -e "s#^ExecStart=/[^ ]*/haltpolld #ExecStart=$bin #" -e "s#^ExecReload=/[^ ]*/haltpollctl #ExecReload=$ctl #" "$unit" > "$dir/haltpolld.service"
+sed -e "s#^ExecStart=/[^ ]*/haltpolld #ExecStart=$bin #" -e "s#^ExecReload=/[^ ]*/haltpollctl #ExecReload=$ctl #" \
+    -e "s#^ExecStopPost=/[^ ]*/haltpolld #ExecStopPost=$bin #" "$unit" > "$dir/haltpolld.service"
 systemd-analyze verify --man=no "$dir/haltpolld.service"
 out="$(systemd-analyze security --offline=yes "$dir/haltpolld.service" 2>&1)" || true
 echo "$out" | tail -1

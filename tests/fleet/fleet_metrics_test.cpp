@@ -4,6 +4,7 @@
 // unit's UMask=0077.
 #include "control/prometheus.hpp"
 #include "sysfs/file_io.hpp"
+#include "sysfs/sysfs_edges.hpp"
 #include "tuning/controller.hpp"
 #include "fake_sysfs.hpp"
 #include "fleet_metrics.hpp"
@@ -24,10 +25,8 @@ using testsupport::TempDir;
 
 namespace {
 
-ControllerOptions options(const FakeSysfs& fs, const TempDir& dir, bool kernel, std::uint32_t static_ns) {
+ControllerOptions options(bool kernel, std::uint32_t static_ns) {
   ControllerOptions o;
-  o.sysfs_root = fs.root();
-  o.state_dir = dir.path();
   o.kernel_mode = kernel;
   o.cpus = {0, 1};
   o.probe_rate_hz = 0;
@@ -66,7 +65,7 @@ TEST_CASE("fleet series: cumulative cpuidle counters and steal, exactly as the t
   fs.set_state(1, 0, "POLL", 10, 20);
   fs.set_state(1, 1, "haltpoll", 30, 40);
   fs.set_proc_stat(1000, 250);  // 250 USER_HZ ticks of steal
-  Controller c(options(fs, dir, false, 0), std::unique_ptr<PoolAccess>{});
+  Controller c(options(false, 0), sysfs_edges(fs.root(), dir.path(), {0, 1}), std::unique_ptr<PoolAccess>{});
   c.start();
   FleetMetrics f;
   f.refresh(fs.root(), {0, 1}, c.status());
@@ -98,7 +97,7 @@ TEST_CASE("fleet series: cumulative cpuidle counters and steal, exactly as the t
 TEST_CASE("fleet series: no cpuidle states, no per-CPU kernel series (not zeros)") {
   FakeSysfs fs(FakeSysfs::Options{.cpuidle_states = false});
   TempDir dir;
-  Controller c(options(fs, dir, false, 0), std::unique_ptr<PoolAccess>{});
+  Controller c(options(false, 0), sysfs_edges(fs.root(), dir.path(), {0, 1}), std::unique_ptr<PoolAccess>{});
   c.start();
   FleetMetrics f;
   f.refresh(fs.root(), {0, 1}, c.status());
@@ -115,7 +114,7 @@ TEST_CASE("fleet series: mode and reason") {
   TempDir dir;
   SECTION("kernel mode active: reason empty") {
     FakeSysfs fs;
-    Controller c(options(fs, dir, true, 30000), std::unique_ptr<PoolAccess>{});
+    Controller c(options(true, 30000), sysfs_edges(fs.root(), dir.path(), {0, 1}), std::unique_ptr<PoolAccess>{});
     c.start();
     FleetMetrics f;
     f.refresh(fs.root(), {0, 1}, c.status());
@@ -124,7 +123,7 @@ TEST_CASE("fleet series: mode and reason") {
   }
   SECTION("kernel mode asked for on a menu-governed guest: the controller's reason") {
     FakeSysfs fs(FakeSysfs::Options{.governor = "menu"});
-    Controller c(options(fs, dir, true, 30000), std::unique_ptr<PoolAccess>{});
+    Controller c(options(true, 30000), sysfs_edges(fs.root(), dir.path(), {0, 1}), std::unique_ptr<PoolAccess>{});
     c.start();
     FleetMetrics f;
     f.refresh(fs.root(), {0, 1}, c.status());
@@ -146,7 +145,7 @@ TEST_CASE("fleet series: a state file this run could not put back is pending, ou
   FakeSysfs fs;
   TempDir dir;
   SECTION("own state file while tuning") {
-    Controller c(options(fs, dir, true, 30000), std::unique_ptr<PoolAccess>{});
+    Controller c(options(true, 30000), sysfs_edges(fs.root(), dir.path(), {0, 1}), std::unique_ptr<PoolAccess>{});
     c.start();
     c.tick();  // the static value differs from the tree's 200000: originals saved, value written
     REQUIRE(std::filesystem::exists(c.state_file()));
@@ -158,7 +157,7 @@ TEST_CASE("fleet series: a state file this run could not put back is pending, ou
   }
   SECTION("a broken state file left by an earlier run") {
     std::ofstream(dir.path() + "/haltpoll-params.json") << "{not json";
-    Controller c(options(fs, dir, true, 30000), std::unique_ptr<PoolAccess>{});
+    Controller c(options(true, 30000), sysfs_edges(fs.root(), dir.path(), {0, 1}), std::unique_ptr<PoolAccess>{});
     c.start();  // recover() refuses the file and leaves it in place
     FleetMetrics f;
     f.refresh(fs.root(), {0, 1}, c.status());
@@ -170,7 +169,7 @@ TEST_CASE("fleet series: a state file this run could not put back is pending, ou
 TEST_CASE("fleet series: decisions by action and the time of the last change") {
   FakeSysfs fs;
   TempDir dir;
-  Controller c(options(fs, dir, true, 30000), std::unique_ptr<PoolAccess>{});
+  Controller c(options(true, 30000), sysfs_edges(fs.root(), dir.path(), {0, 1}), std::unique_ptr<PoolAccess>{});
   c.start();
   FleetMetrics f;
   f.refresh(fs.root(), {0, 1}, c.status());

@@ -2,6 +2,7 @@
 // file), and a raw varlink client on a plain AF_UNIX socket with NUL framing.
 #pragma once
 
+#include "guest_kind.hpp"
 #include "subprocess.hpp"
 
 #include <catch2/catch.hpp>
@@ -107,16 +108,32 @@ class RawClient {
   std::string buf_;
 };
 
+// The guest the daemon's fake tree is shaped like, from HALTPOLLD_TEST_GUEST: unset or "bare" (the
+// haltpoll parameters alone), "haltpoll" (a guest whose kernel registered the cpuidle-haltpoll driver:
+// driver, governor, POLL and halt states per CPU, /proc/stat), "none" (a guest with no cpuidle driver:
+// the parameters do nothing). `scripts/test.sh guest-kinds` runs the daemon tests under each.
+inline std::optional<testsupport::GuestKind> fixture_guest_kind() {
+  const char* v = std::getenv("HALTPOLLD_TEST_GUEST");
+  const std::string kind = v ? v : "";
+  if (kind.empty() || kind == "bare") return std::nullopt;
+  if (kind == "haltpoll") return testsupport::GuestKind::haltpoll_driver;
+  if (kind == "none") return testsupport::GuestKind::no_driver;
+  throw std::invalid_argument("HALTPOLLD_TEST_GUEST must be bare, haltpoll or none, not '" + kind + "'");
+}
+
 struct Daemon {
+  std::optional<testsupport::GuestKind> guest = fixture_guest_kind();
+  std::unique_ptr<testsupport::FakeSysfs> tree = guest ? std::make_unique<testsupport::FakeSysfs>(testsupport::fake_guest(*guest)) : nullptr;
   std::string dir = make_temp_dir();
   std::string socket = dir + "/io.haltpolld";
   std::string config_file = dir + "/haltpolld.json";
-  std::string sysfs = dir + "/sysfs";
+  std::string sysfs = tree ? tree->root() : dir + "/sysfs";
   std::unique_ptr<testsupport::Subprocess> proc;
 
   // `config` is written as the config file; socket path and sysfs root are added as flags.
   explicit Daemon(const json& config = json::object(), std::vector<std::string> extra_args = {}) {
     std::filesystem::create_directories(sysfs + "/sys/module/haltpoll/parameters");
+    // The same found values in every kind of tree.
     auto param = [&](const char* n, const char* v) { std::ofstream(sysfs + "/sys/module/haltpoll/parameters/" + n) << v << "\n"; };
     param("guest_halt_poll_ns", "200000");
     param("guest_halt_poll_grow", "2");

@@ -3,7 +3,8 @@
 # cached), systemd as PID 1 of private PID, mount, UTS, IPC and cgroup namespaces, chrooted into
 # that tree; never over the host's own root (systemd-tmpfiles there would empty the host's /tmp).
 # Checks that the hardened unit lets the daemon do its job: start with a STATUS=, the watchdog,
-# reload, kill -9 -> restart and restore, stop -> restore, the admin group's socket, a textfile
+# reload, kill -9 -> restore and restart, stop -> restore, kill -9 then stop -> restore (the stop path
+# alone), the admin group's socket, a textfile
 # another user can read, the eBPF signals present where the kernel has BTF and the power
 # tracepoints (else a reason in status), and a warning at journal priority.
 # The haltpoll parameters are a fake tree on a tmpfs mounted over /sys/module and the cpuidle
@@ -286,15 +287,16 @@ else
   esac
 fi
 
-# kill -9: systemd restarts it, and the new instance restores the originals first (a warning)
+# kill -9: the unit's stop path (ExecStopPost=haltpolld --restore) puts the originals back with a
+# warning, then systemd restarts it
 ns systemctl kill --kill-who=main --signal=SIGKILL haltpolld  # kill -9 of the main process (no procps in the tree)
 wait_for 15 sh -c "[ \"\$(nsenter --target $pid1 --mount --pid --root --wd=/ -- systemctl show -p NRestarts --value haltpolld)\" = 1 ] && [ \"\$(nsenter --target $pid1 --mount --pid --root --wd=/ -- systemctl show -p ActiveState --value haltpolld)\" = active ]" ||
   fail "no restart after kill -9 (NRestarts=$(show NRestarts), $(show ActiveState))"
 new_pid="$(show MainPID)"
 [ "$new_pid" != "$main_pid" ] || fail "same MainPID after kill -9"
 wait_for 10 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- journalctl --no-pager -u haltpolld -p warning | grep -q 'restored the haltpoll parameters saved by pid $main_pid'" ||
-  fail "the restarted instance did not report restoring the originals saved by pid $main_pid at priority warning"
-ok "kill -9: restarted as pid $new_pid, which restored the originals saved by pid $main_pid (journalctl -p warning shows it)"
+  fail "nothing reported restoring the originals saved by pid $main_pid at priority warning"
+ok "kill -9: the originals saved by pid $main_pid restored (journalctl -p warning shows it), restarted as pid $new_pid"
 wait_for 10 tuned || fail "the restarted instance did not tune again"
 
 # stop restores exactly the originals; the runtime directory (state) is kept but holds no state file
@@ -304,4 +306,14 @@ check_originals "after stop"
 ns test ! -e /run/haltpolld/haltpoll-params.json || fail "state file left after a clean stop"
 ns test ! -e /var/lib/prometheus/node-exporter/haltpolld.prom || fail "textfile left after a clean stop"
 ok "stop: all five parameters are the originals again, no state file, no textfile"
+# kill -9, then a stop before the restart (RestartSec=2s): no next start, the stop path alone restores
+ns systemctl start haltpolld || fail "systemctl start after stop"
+wait_for 10 tuned || fail "not tuning after the second start"
+ns systemctl kill --kill-who=main --signal=SIGKILL haltpolld
+ns systemctl stop haltpolld
+# "failed" (the main process died of SIGKILL) or "inactive": either way stopped, nothing running.
+case "$(show ActiveState)" in inactive|failed) ;; *) fail "not stopped after kill -9 and stop: $(show ActiveState)" ;; esac
+check_originals "after kill -9 and a stop without restart"
+ns test ! -e /run/haltpolld/haltpoll-params.json || fail "state file left after kill -9 and a stop"
+ok "kill -9 then stop: the stop path alone put all five parameters back"
 echo "PASS: the hardened unit runs haltpolld under a real systemd"

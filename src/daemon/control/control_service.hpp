@@ -5,8 +5,8 @@
 #pragma once
 
 #include "config.hpp"
-#include "control/interface.hpp"
 #include "control/stats.hpp"
+#include "varlink/io_haltpolld.hpp"
 #include "varlink/varlink.hpp"
 
 #include <nlohmann/json.hpp>

@@ -6,8 +6,8 @@
 // unit-tested on its own: no file or socket I/O.
 #pragma once
 
+#include "signals/kernel_signals.hpp"
 #include "sysfs/kernel_params.hpp"
-#include "tuning/observation.hpp"
 
 #include <haltpoll/worker_pool.hpp>
 

@@ -1,7 +1,6 @@
 #include "sysfs/actuator.hpp"
 
 #include "sysfs/file_io.hpp"
-#include "tuning/observation.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -30,7 +29,24 @@ std::string identity_of(const std::string& path) {
   return fmt::format("{}:{}:{}.{}:{}", st.st_dev, st.st_ino, st.st_ctim.tv_sec, st.st_ctim.tv_nsec, st.st_size);
 }
 
+// The temporaries of state file writes that a kill interrupted (the originals are then in the state
+// file, or nothing was changed yet). Nobody else writes them while the daemon holds the directory.
+void remove_interrupted_writes(const std::string& state_file) {
+  const std::filesystem::path path(state_file);
+  const std::string prefix = "." + path.filename().string() + ".tmp.";
+  std::error_code ec;
+  const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(e.path(), ec);
+}
+
 }  // namespace
+
+std::string haltpoll_state_file(const std::string& state_dir) {
+  std::string dir = state_dir.empty() ? std::string(".") : state_dir;
+  if (dir.back() == '/') dir.pop_back();
+  return dir + "/haltpoll-params.json";
+}
 
 SysfsHaltpollParams::SysfsHaltpollParams(std::string sysfs_root, std::string state_file)
     : root_(std::move(sysfs_root)), state_file_(std::move(state_file)) {
@@ -192,10 +208,7 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::reset_poll_limits() {
       if (n != "haltpoll" && valid_governor(n)) { other = n; break; }
   if (other.empty())
     return refuse(ENOTSUP, fmt::format("no cpuidle governor but haltpoll to switch through (available_governors: '{}')", available));
-  if (!saved_) {
-    Result s = save_originals();
-    if (!s.ok) return s;
-  }
+  if (Result s = ensure_saved(); !s.ok) return s;
   Result away = write_governor(other);
   if (!away.ok) return away;
   Result back = write_governor("haltpoll");
@@ -237,14 +250,24 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::save_originals() {
       return refuse(EINVAL, fmt::format("{}/{} holds '{}', which could not be restored", params_dir(), name, *v));
     values[name] = *v;
   }
+  // The governor too: reset_poll_limits() switches it for a moment.
+  std::string governor = read_small_file(cpuidle_dir() + "current_governor").value_or("");
+  if (!valid_governor(governor)) governor.clear();
+  r = write_state_file(values, governor);
+  if (!r.ok) return r;
+  saved_ = std::move(values);
+  saved_governor_ = std::move(governor);
+  return r;
+}
+
+SysfsHaltpollParams::Result SysfsHaltpollParams::write_state_file(const std::map<std::string, std::string>& values,
+                                                                  const std::string& governor) const {
   nlohmann::json j;
   j["version"] = 1;
   j["sysfs_root"] = root_;
   j["pid"] = ::getpid();
   j["params"] = values;
-  // The governor too: reset_poll_limits() switches it for a moment.
-  const std::string governor = read_small_file(cpuidle_dir() + "current_governor").value_or("");
-  if (valid_governor(governor)) j["cpuidle_governor"] = governor;
+  if (!governor.empty()) j["cpuidle_governor"] = governor;
   int e = replace_file_atomically(state_file_, j.dump(2) + "\n", {.mode = 0600, .sync_directory = true, .create_directory = true});
   std::string why = e == 0 ? std::string() : errno_text(e);
   if (e == 0) {
@@ -254,20 +277,27 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::save_originals() {
     why = check_private_directory(dir, e);
     if (e != 0) ::unlink(state_file_.c_str());
   }
+  Result r;
   if (e != 0) {
     // Without a saved copy a crash could not be undone: refuse to write the kernel's values.
-    return refuse(e, fmt::format("save originals to {}: {}", state_file_, why));
+    r.ok = false;
+    r.error = e;
+    r.message = fmt::format("save originals to {}: {}", state_file_, why);
   }
-  saved_ = std::move(values);
-  saved_governor_ = valid_governor(governor) ? governor : std::string();
   return r;
 }
 
+SysfsHaltpollParams::Result SysfsHaltpollParams::ensure_saved() {
+  if (!saved_) return save_originals();
+  // Before every write, not only the first: the record may have been removed while the daemon ran
+  // (an operator, a cleaner of /run), and a crash after the next write would then lose the originals.
+  struct stat st {};
+  if (::lstat(state_file_.c_str(), &st) == 0 || errno != ENOENT) return {};
+  return write_state_file(*saved_, saved_governor_);
+}
+
 SysfsHaltpollParams::Result SysfsHaltpollParams::set_poll_ns(std::uint32_t ns) {
-  if (!saved_) {
-    Result s = save_originals();
-    if (!s.ok) return s;
-  }
+  if (Result s = ensure_saved(); !s.ok) return s;
   if (last_written_ == ns) return {};
   if (auto cur = read_poll_ns(); cur && *cur == ns) {
     last_written_ = ns;
@@ -279,10 +309,7 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::set_poll_ns(std::uint32_t ns) {
 }
 
 SysfsHaltpollParams::Result SysfsHaltpollParams::set_grow_start_ns(std::uint32_t ns) {
-  if (!saved_) {
-    Result s = save_originals();
-    if (!s.ok) return s;
-  }
+  if (Result s = ensure_saved(); !s.ok) return s;
   if (auto cur = read("guest_halt_poll_grow_start"); cur && *cur == std::to_string(ns)) return {};
   return write_param(params_dir(), "guest_halt_poll_grow_start", std::to_string(ns));
 }
@@ -336,6 +363,7 @@ std::string SysfsHaltpollParams::recheck_blocked() {
 SysfsHaltpollParams::Result SysfsHaltpollParams::recover() {
   Result r;
   blocked_.clear();
+  remove_interrupted_writes(state_file_);
   int err = 0;
   std::string why;
   auto text = read_private_file(state_file_, err, why);

@@ -3,7 +3,8 @@
 // effect (module present, cpuidle driver registered, current governor "haltpoll") and says
 // precisely why not; before its first write it saves the original values of all the parameters to a state file
 // (write to a temporary file, fsync, rename, fsync the directory) so that the next start after a
-// crash or SIGKILL can put them back; it writes only on change; restore() puts the originals back
+// crash or SIGKILL can put them back, and before every later write it writes that file again if it
+// has gone; it writes only on change; restore() puts the originals back
 // and removes the state file. A failed write reports errno and the path, changes nothing else and
 // leaves the caller to degrade to observe mode. Not thread-safe: the Controller serialises calls.
 //
@@ -23,11 +24,12 @@
 // governor's enable hook zeroes poll_limit_ns); the limits then regrow under the new cap. The
 // governor found is saved in the state file with the parameters, and recover() and restore() put
 // it back, so a crash between the two writes does not leave the guest on another governor.
+//
+// It is the real kernel's HaltpollActuator (signals/edges.hpp).
 #pragma once
 
-#include <haltpoll/governor.hpp>
+#include "signals/edges.hpp"
 
-#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -35,76 +37,69 @@
 
 namespace haltpolld {
 
-struct KernelHaltpollState {
-  bool params_present = false;  // <root>/sys/module/haltpoll/parameters exists
-  std::string driver;           // cpuidle/current_driver ("" when unreadable)
-  std::string governor;         // cpuidle/current_governor (or current_governor_ro)
-  bool active = false;          // writing the parameters changes the idle path
-  std::string reason;           // why not active (empty when active)
-};
+// KernelHaltpollState (signals/edges.hpp) as detect() fills it: params_present is
+// <root>/sys/module/haltpoll/parameters existing, driver cpuidle/current_driver ("" when
+// unreadable), governor cpuidle/current_governor (or current_governor_ro).
 
-class SysfsHaltpollParams {
+// The state file of `state_dir`: <state_dir>/haltpoll-params.json ("." when empty).
+std::string haltpoll_state_file(const std::string& state_dir);
+
+class SysfsHaltpollParams final : public HaltpollActuator {
  public:
-  // Every parameter of the library's table, all saved and restored together.
-  static constexpr auto kParams = [] {
-#define HALTPOLLD_PARAM_NAME(name, type, value, kind) #name,
-    return std::to_array<const char*>({HALTPOLL_PARAMS(HALTPOLLD_PARAM_NAME)});
-#undef HALTPOLLD_PARAM_NAME
-  }();
-
-  struct Result {
-    bool ok = true;
-    bool written = false;  // something was actually written
-    int error = 0;         // errno of the failure
-    std::string message;
-  };
+  // Every parameter of kParams is saved and restored together.
+  using Result = ActuatorResult;
 
   SysfsHaltpollParams(std::string sysfs_root, std::string state_file);
 
-  KernelHaltpollState detect() const;
+  KernelHaltpollState detect() const override;
   std::string params_dir() const;
   const std::string& state_file() const noexcept { return state_file_; }
+  std::string params_location() const override { return params_dir(); }
+  std::string originals_location() const override { return state_file_; }
 
-  std::optional<std::string> read(const char* name) const;
-  std::optional<std::uint32_t> read_poll_ns() const;
+  std::optional<std::string> read(const char* name) const override;
+  std::optional<std::uint32_t> read_poll_ns() const override;
 
   // A state file left by a run that did not stop cleanly: put its values back and remove it.
   // ok=true, written=false and an empty message when there was none.
-  Result recover();
+  Result recover() override;
 
   // Why kernel writes are refused (a state file of an earlier run that was not applied); empty
   // when they are not.
-  const std::string& blocked_reason() const noexcept { return blocked_; }
+  const std::string& blocked_reason() const noexcept override { return blocked_; }
   // While writes are refused: looks at the state file again. Gone (an operator removed it): writes
   // are no longer refused. Changed since it was refused (an operator repaired it): recover() again.
   // Returns what happened (the new refusal included), empty when nothing did.
-  std::string recheck_blocked();
+  std::string recheck_blocked() override;
 
   // True when `value` may be written to parameter `name` (decimal <= UINT32_MAX, or Y/N).
   static bool valid_value(const std::string& name, const std::string& value);
 
   // Saves the originals (first call only), then writes guest_halt_poll_ns when it differs.
-  Result set_poll_ns(std::uint32_t ns);
+  Result set_poll_ns(std::uint32_t ns) override;
 
   // Saves the originals (first call only), then writes guest_halt_poll_grow_start when it differs
   // (the tuner moves it with a small cap so that a shrink does not reset the limit to 0).
-  Result set_grow_start_ns(std::uint32_t ns);
+  Result set_grow_start_ns(std::uint32_t ns) override;
 
   // Zeroes every CPU's poll limit by switching the cpuidle governor away from haltpoll and back
   // (saves the originals first). Refused, changing nothing, unless the current governor is
   // haltpoll and another one is available.
-  Result reset_poll_limits();
+  Result reset_poll_limits() override;
   std::uint64_t limit_resets() const noexcept { return limit_resets_; }
   // A name current_governor may be given: 1-15 characters of [a-z0-9_].
   static bool valid_governor(const std::string& name);
 
   // Puts the saved originals back (only those that differ) and removes the state file.
-  Result restore();
-  bool has_saved_originals() const noexcept { return saved_.has_value(); }
+  Result restore() override;
+  bool has_saved_originals() const noexcept override { return saved_.has_value(); }
   const std::optional<std::map<std::string, std::string>>& saved_originals() const noexcept { return saved_; }
 
  private:
   Result save_originals();
+  // save_originals() the first time; later, writes the state file again if it has gone.
+  Result ensure_saved();
+  Result write_state_file(const std::map<std::string, std::string>& values, const std::string& governor) const;
   Result write_param(const std::string& dir, const std::string& name, const std::string& value) const;
   Result restore_values(const std::string& dir, const std::map<std::string, std::string>& values) const;
   std::string cpuidle_dir() const;

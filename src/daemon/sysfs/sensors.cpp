@@ -155,19 +155,11 @@ void apply_trace(CpuKernelSignals& k, const IdleCpuStats& d, IdlePeriodHistogram
 
 }  // namespace
 
-CpuKernelSignals derive_kernel_signals(const CpuIdleDelta& d) {
-  CpuKernelSignals k;
-  k.cpu = d.cpu;
-  k.poll_entries = d.poll_usage;
-  k.poll_ns = d.poll_ns;
-  k.halts = d.halt_usage;
-  k.halt_ns = d.halt_ns;
-  k.poll_misses = std::min(d.poll_usage, d.halt_usage);
-  k.poll_hits = d.poll_usage - k.poll_misses;
-  return k;
-}
-
 Sensors::~Sensors() = default;
+
+SignalSourceStatus Sensors::status() const {
+  return {cpus_, cpuidle_available_, cpuidle_status_, kernel_signals_status(), bpf_missing_};
+}
 
 bool Sensors::enable_idle_trace() {
   if (trace_) return true;

@@ -5,10 +5,11 @@
 // into per-tick deltas; steal time comes from `<root>/proc/stat`, the aggregate `cpu` line for the
 // tick's steal share and each `cpuN` line for that CPU's share and seconds. A guest
 // without cpuidle states (no driver registered) yields no poll-CPU signal rather than zeros.
-// The caller passes the time of each sample, so the class owns no clock; not thread-safe.
+// The caller passes the time of each sample, so the class owns no clock; not thread-safe. It is the
+// real kernel's KernelSignalSource (signals/edges.hpp).
 #pragma once
 
-#include "tuning/observation.hpp"
+#include "signals/edges.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -45,15 +46,11 @@ struct ProcStatTimes {
 // "0-3,6" → {0,1,2,3,6}; empty optional on a syntax error.
 std::optional<std::vector<int>> parse_cpu_list(const std::string& text);
 
-// The counters-only kernel signals of one CPU's tick (hits and misses derived, see
-// CpuKernelSignals); the eBPF reader overwrites the outcome split where it has exact counts.
-CpuKernelSignals derive_kernel_signals(const CpuIdleDelta& d);
-
-class Sensors {
+class Sensors final : public KernelSignalSource {
  public:
   // `cpus` empty: the CPUs listed in <root>/sys/devices/system/cpu/online.
   Sensors(std::string sysfs_root, std::vector<int> cpus);
-  ~Sensors();
+  ~Sensors() override;
   Sensors(const Sensors&) = delete;
   Sensors& operator=(const Sensors&) = delete;
 
@@ -68,7 +65,7 @@ class Sensors {
   // tick is reported with the eBPF signals only when the programs were attached from its start
   // (within the milliseconds between a sample and this call) to its end. Returns false when
   // there is no program, or attaching failed (kernel_signals_missing() then says why).
-  bool set_idle_trace_attached(bool on, std::string why = {});
+  bool set_idle_trace_attached(bool on, std::string why = {}) override;
   bool idle_trace_attached() const noexcept;
   // Why the eBPF signals are missing ("" when the program runs), and how it attached.
   const std::string& kernel_signals_missing() const noexcept { return bpf_missing_; }
@@ -79,12 +76,13 @@ class Sensors {
 
   // Samples all counters at `now_ns` and returns the deltas since the previous call. The first call
   // only primes the counters (elapsed_ns == 0, no signals).
-  Observation sample(std::uint64_t now_ns);
+  Observation sample(std::uint64_t now_ns) override;
 
   const std::vector<int>& cpus() const noexcept { return cpus_; }
   bool cpuidle_available() const noexcept { return cpuidle_available_; }
   // Why there is no poll-CPU signal, or the state names found ("POLL,haltpoll").
   const std::string& cpuidle_status() const noexcept { return cpuidle_status_; }
+  SignalSourceStatus status() const override;
 
  private:
   std::string root_;

@@ -3,32 +3,22 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <chrono>
 #include <cmath>
+#include <stdexcept>
 
 namespace haltpolld {
 
-namespace {
+Controller::Controller(ControllerOptions options, GuestEdges edges, haltpoll::WorkerPool* pool)
+    : Controller(std::move(options), std::move(edges), make_pool_access(pool)) {}
 
-std::uint64_t steady_ns() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
-
-std::int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
-Controller::Controller(ControllerOptions options, haltpoll::WorkerPool* pool)
-    : Controller(std::move(options), make_pool_access(pool)) {}
-
-Controller::Controller(ControllerOptions options, std::unique_ptr<PoolAccess> pool)
-    : options_(std::move(options)), pool_(std::move(pool)), tuner_(options_.tuner) {
-  build_edges();
+Controller::Controller(ControllerOptions options, GuestEdges edges, std::unique_ptr<PoolAccess> pool)
+    : options_(std::move(options)),
+      pool_(std::move(pool)),
+      signals_(std::move(edges.signals)),
+      actuator_(std::move(edges.actuator)),
+      clock_(std::move(edges.clock)),
+      tuner_(options_.tuner) {
+  if (!signals_ || !actuator_ || !clock_) throw std::invalid_argument("Controller: a guest edge is missing");
 }
 
 Controller::~Controller() {
@@ -39,21 +29,7 @@ Controller::~Controller() {
   }
 }
 
-std::string Controller::state_file() const {
-  std::string dir = options_.state_dir.empty() ? std::string(".") : options_.state_dir;
-  if (dir.back() == '/') dir.pop_back();
-  return dir + "/haltpoll-params.json";
-}
-
-void Controller::build_edges() {
-  std::vector<int> cpus = options_.cpus;
-  if (cpus.empty() && pool_) cpus = pool_->cpus();
-  sensors_ = std::make_unique<Sensors>(options_.sysfs_root, cpus);
-  // The eBPF signals (exact outcomes, IPI skips, per-CPU limits, idle-period histograms) where the
-  // kernel allows them; without them the counters alone drive the tuner and status says why.
-  if (options_.kernel_signals) sensors_->enable_idle_trace();
-  actuator_ = std::make_unique<SysfsHaltpollParams>(options_.sysfs_root, state_file());
-}
+std::string Controller::state_file() const { return actuator_->originals_location(); }
 
 void Controller::start_prober() {
   if (prober_) prober_->stop();
@@ -123,7 +99,7 @@ void Controller::start() {
     }
   }
   tuner_.reset(in_force);
-  sensors_->sample(steady_ns());  // prime the deltas
+  signals_->sample(clock_->steady_ns());  // prime the deltas
   if (pool_) last_pool_ = pool_->counters();
   start_prober();
   started_ = true;
@@ -146,7 +122,7 @@ Decision Controller::tick() {
     }
   }
   const Target t = target_locked();
-  Observation obs = sensors_->sample(steady_ns());
+  Observation obs = signals_->sample(clock_->steady_ns());
   obs.tick = ++ticks_;
 
   // Pool counters: the poll CPU and wake rate of the pool's own workers.
@@ -191,7 +167,7 @@ Decision Controller::tick() {
     const auto& k = obs.kernel;
     const bool cpus_idle = k.available() && k.per_second(k.total_idle_periods()) <= 200.0 * k.cpus.size() &&
                            obs.poll_cpu_percent.value_or(100) < 1.0;
-    penalty_.add(drained, cpus_idle, steady_ns());
+    penalty_.add(drained, cpus_idle, clock_->steady_ns());
     for (const auto& c : drained) {
       all.merge(c.poll_hit);
       all.merge(c.park_path);
@@ -220,7 +196,7 @@ Decision Controller::tick() {
 
   if (auto p = penalty_.penalty_ns()) {
     obs.halt_exit_penalty_ns = p;
-    obs.penalty_age_s = static_cast<double>(steady_ns() - *penalty_.measured_at_ns()) / 1e9;
+    obs.penalty_age_s = static_cast<double>(clock_->steady_ns() - *penalty_.measured_at_ns()) / 1e9;
   }
   obs.penalty_source = penalty_.source();
 
@@ -233,7 +209,29 @@ Decision Controller::tick() {
     obs.current_ns = tuner_.current_ns();
   }
 
-  Decision d = tuner_.decide(obs);
+  // A tick long after the last one (the process was stopped, the guest suspended, the clock jumped):
+  // rates over the gap describe the gap, not the load, so nothing is decided from them. The sample
+  // above re-primed the deltas, so the next tick measures an ordinary interval again.
+  // The longest period is interval_ms (sweeps tick faster).
+  const std::uint64_t period_ms = options_.interval_ms;
+  const std::uint64_t late_ns = (2 * period_ms + 2000) * 1'000'000ULL;
+  Decision d;
+  if (obs.elapsed_ns > late_ns) {
+    d.tick = obs.tick;
+    d.previous_ns = d.guest_halt_poll_ns = tuner_.current_ns();
+    d.reason = fmt::format(
+        "tick {:.1f} s after the last (expected every {} ms): the daemon was stopped or the "
+        "guest suspended; nothing decided from rates over the gap",
+        static_cast<double>(obs.elapsed_ns) / 1e9, period_ms);
+    for (auto* rate : {&obs.poll_cpu_percent, &obs.mean_poll_cpu_percent, &obs.total_poll_cpu_percent,
+                       &obs.wakes_per_second, &obs.steal_percent, &obs.wake_latency_ns, &obs.mean_wake_latency_ns})
+      rate->reset();
+    carried_probes_.reset();
+    carried_ticks_ = 0;
+    spdlog::warn("tuner: {}", d.reason);
+  } else {
+    d = tuner_.decide(obs);
+  }
   if (d.changed()) {
     // Samples taken under the old value must not be judged as the new one's.
     carried_probes_.reset();
@@ -248,6 +246,11 @@ Decision Controller::tick() {
           auto z = actuator_->reset_poll_limits();
           if (z.ok) {
             d.applied_reset = true;
+            ++limit_resets_;
+          } else if (actuator_->detect().governor != "haltpoll") {
+            // Refused half way: the guest is on another governor, so the parameters reach nothing.
+            degrade_locked(z.message);
+            d.reason += "; poll limit reset stopped half way: " + z.message + " (degraded to observe)";
           } else {
             reset_unavailable_ = z.message;
             d.reason += "; poll limits not reset: " + z.message;
@@ -255,9 +258,8 @@ Decision Controller::tick() {
           }
         }
       } else {
-        degraded_reason_ = r.message;
+        degrade_locked(r.message);
         d.reason += "; not applied: " + r.message + " (degraded to observe)";
-        spdlog::error("kernel mode degraded to observe: {}", r.message);
       }
     } else if (t == Target::pool) {
       pool_->set_window_cap_ns(d.guest_halt_poll_ns);
@@ -269,9 +271,8 @@ Decision Controller::tick() {
     if (r.ok) {
       d.applied_grow_start = true;
     } else {
-      degraded_reason_ = r.message;
+      degrade_locked(r.message);
       d.reason += "; grow_start not applied: " + r.message + " (degraded to observe)";
-      spdlog::error("kernel mode degraded to observe: {}", r.message);
     }
   }
   last_obs_ = obs;
@@ -282,10 +283,12 @@ Decision Controller::tick() {
                                  ? "nothing to tune, the kernel does not poll: attached for one tick in {} to count "
                                    "the idle periods"
                                  : "the tuner is steady: attached for one tick in {}";
-  sensors_->set_idle_trace_attached(
-      want_trace, want_trace ? std::string() : fmt::format(fmt::runtime(why_detached), options_.tuner.steady_trace_every));
+  signals_->set_idle_trace_attached(
+      want_trace,
+      want_trace ? std::string() : fmt::format(fmt::runtime(why_detached), options_.tuner.steady_trace_every));
 
-  DecisionRecord e{d, unix_ms(), target_name(t), obs.latency_samples, std::string(tuner_.phase()), obs.halt_exit_penalty_ns};
+  DecisionRecord e{
+      d, clock_->unix_ms(), target_name(t), obs.latency_samples, std::string(tuner_.phase()), obs.halt_exit_penalty_ns};
   log_.push_back(std::move(e));
   while (log_.size() > std::max<std::size_t>(options_.decision_log_size, 1)) log_.pop_front();
   if (d.changed()) spdlog::info("tuner: {} -> {} ns: {}", d.previous_ns, d.guest_halt_poll_ns, d.reason);
@@ -297,8 +300,16 @@ void Controller::restore_locked() {
   if (!actuator_->has_saved_originals()) return;
   auto r = actuator_->restore();
   if (!r.ok) spdlog::error("restoring the haltpoll parameters: {} (state file {} kept for the next start)",
-                           r.message, actuator_->state_file());
+                           r.message, actuator_->originals_location());
   else spdlog::info("restored the original haltpoll parameters");
+}
+
+void Controller::degrade_locked(const std::string& why) {
+  degraded_reason_ = why;
+  spdlog::error("kernel mode degraded to observe: {}", why);
+  // Stop writing and put back what this run changed: observe mode leaves the kernel as found.
+  restore_locked();
+  detect_locked();
 }
 
 void Controller::stop() {
@@ -314,22 +325,12 @@ void Controller::update(const ControllerOptions& options) {
   const ControllerOptions old = options_;
   options_ = options;
   options_.tuner.kernel_grow_start_ns = old.tuner.kernel_grow_start_ns;  // learnt at start(), not configured
-  const bool edges_changed = old.sysfs_root != options.sysfs_root || old.state_dir != options.state_dir ||
-                             old.cpus != options.cpus;
-  if (edges_changed || (old.kernel_mode && !options.kernel_mode)) restore_locked();
-  if (edges_changed) {
-    build_edges();
-    if (started_) {
-      auto rec = actuator_->recover();
-      if (!rec.message.empty()) recovery_message_ = rec.message;
-      sensors_->sample(steady_ns());
-    }
-  }
+  if (old.kernel_mode && !options.kernel_mode) restore_locked();
   degraded_reason_.clear();  // a reload is the way to retry kernel mode after a failed write
   reset_unavailable_.clear();
   detect_locked();
   if (!(old.tuner == options_.tuner)) tuner_.set_params(options_.tuner);
-  if (started_ && (edges_changed || old.probe_rate_hz != options.probe_rate_hz)) start_prober();
+  if (started_ && (old.cpus != options.cpus || old.probe_rate_hz != options.probe_rate_hz)) start_prober();
 }
 
 std::vector<DecisionRecord> Controller::decisions() const {
@@ -349,7 +350,7 @@ bool Controller::searching() const {
 
 std::string Controller::cpuidle_status() const {
   std::lock_guard lock(mu_);
-  return sensors_->cpuidle_status();
+  return signals_->status().cpuidle;
 }
 
 ControllerStatus Controller::status() const {
@@ -367,18 +368,18 @@ ControllerStatus Controller::status() const {
   s.interval_ms = options_.interval_ms;
 
   auto& k = s.kernel;
-  k.params_dir = actuator_->params_dir();
+  k.params_dir = actuator_->params_location();
   k.params_present = kernel_.params_present;
   k.cpuidle_driver = kernel_.driver;
   k.cpuidle_governor = kernel_.governor;
   k.haltpoll_active = kernel_.active;
   k.reason = kernel_.reason;
-  for (const char* name : SysfsHaltpollParams::kParams) k.params.emplace_back(name, actuator_->read(name));
+  for (const char* name : HaltpollActuator::kParams) k.params.emplace_back(name, actuator_->read(name));
   k.originals_saved = actuator_->has_saved_originals();
-  k.state_file = actuator_->state_file();
+  k.state_file = actuator_->originals_location();
   k.degraded_reason = degraded_reason_;
   k.recovery = recovery_message_;
-  k.poll_limit_resets = actuator_->limit_resets();
+  k.poll_limit_resets = limit_resets_;
   k.poll_limit_reset_unavailable = reset_unavailable_;
 
   auto& tu = s.tuner;
@@ -387,13 +388,13 @@ ControllerStatus Controller::status() const {
   tu.ladder_ns = tuner_.ladder();
   tu.last_sweep = tuner_.sweep_measurements();
   tu.penalty_ns = penalty_.penalty_ns();
-  if (penalty_.measured_at_ns()) tu.penalty_age_s = static_cast<double>(steady_ns() - *penalty_.measured_at_ns()) / 1e9;
+  if (penalty_.measured_at_ns())
+    tu.penalty_age_s = static_cast<double>(clock_->steady_ns() - *penalty_.measured_at_ns()) / 1e9;
   tu.penalty_source = penalty_.source();
   tu.growth_ceiling_ns = tuner_.growth_ceiling_ns();
   tu.params = tuner_.params();
 
-  s.sensors = {sensors_->cpus(), sensors_->cpuidle_available(), sensors_->cpuidle_status(),
-               sensors_->kernel_signals_status(), sensors_->kernel_signals_missing()};
+  s.sensors = signals_->status();
   if (pool_) s.pool = ControllerStatus::Pool{pool_->cpus(), pool_->window_cap_ns()};
   if (prober_) {
     s.probes.rate_hz_per_cpu = prober_->rate_hz();

@@ -2,13 +2,16 @@
 // the halt-exit penalty the tuner prices halts with (HaltExitPenalty, from the probes on ticks
 // when the CPUs are otherwise idle) and, with tuner.manage_grow_start, writes the tuner's
 // guest_halt_poll_grow_start next to the cap.
-// start() first puts back the haltpoll parameters left behind by a run that was killed (a state
-// file in `state_dir`), then detects whether kernel mode can work here and why not; the first write
-// to sysfs is preceded by saving the originals. Each tick reads the cpuidle and steal sensors, the
-// pool's counters and the probe latencies, asks the Tuner, and applies the Decision: to the kernel
-// when kernel mode is active, else to the pool's window cap (the only poll window this process can
-// move and measure itself) when there is a pool, else nowhere (observe). A write failure degrades
-// to observe with the reason in status(). stop() restores the originals and removes the state file.
+// It reaches the guest only through its edges (signals/edges.hpp): a KernelSignalSource, a
+// HaltpollActuator and a Clock, given at construction and kept for its life (the shell wires the
+// sysfs ones in, sysfs/sysfs_edges.hpp; a simulated guest may provide its own in virtual time).
+// start() first has the actuator put back the parameters left behind by a run that was killed,
+// then detects whether kernel mode can work here and why not; the actuator saves the originals
+// before its first change. Each tick samples the kernel's signals, the pool's counters and the
+// probe latencies, asks the Tuner, and applies the Decision: to the kernel when kernel mode is
+// active, else to the pool's window cap (the only poll window this process can move and measure
+// itself) when there is a pool, else nowhere (observe). A write failure degrades to observe with
+// the reason in status(). stop() restores the originals.
 //
 // Thread-safety: in the daemon every call comes from the one thread that runs the io_context (the
 // tick timer, the varlink handlers, reload and shutdown), so the mutex that every public method
@@ -18,11 +21,10 @@
 // the mutex (stop() joins it under the lock). status() and decisions() return copies.
 #pragma once
 
-#include "sysfs/actuator.hpp"
+#include "signals/edges.hpp"
 #include "tuning/controller_status.hpp"
 #include "tuning/pool_access.hpp"
 #include "tuning/prober.hpp"
-#include "sysfs/sensors.hpp"
 #include "tuning/tuner.hpp"
 
 #include <cstdint>
@@ -40,23 +42,20 @@ class WorkerPool;
 namespace haltpolld {
 
 struct ControllerOptions {
-  std::string sysfs_root = "/";
-  std::string state_dir = "/run/haltpolld";
-  bool kernel_mode = false;  // false: observe (decide, never write sysfs)
-  std::vector<int> cpus;     // empty: the pool's CPUs, else the online CPUs
+  bool kernel_mode = false;  // false: observe (decide, never write the kernel's parameters)
+  std::vector<int> cpus;     // the CPUs to probe; empty: all of the pool's
   TunerParams tuner;
   double probe_rate_hz = 100;  // per CPU; 0 disables probes
   std::uint32_t interval_ms = 1000;
   std::size_t decision_log_size = 256;
-  // Load the eBPF program for the kernel signals (only with sysfs_root "/").
-  bool kernel_signals = true;
 };
 
 class Controller {
  public:
-  Controller(ControllerOptions options, haltpoll::WorkerPool* pool);
-  // For tests: any PoolAccess (nullptr: no pool).
-  Controller(ControllerOptions options, std::unique_ptr<PoolAccess> pool);
+  // `edges` must all be set.
+  Controller(ControllerOptions options, GuestEdges edges, haltpoll::WorkerPool* pool);
+  // For tests and models: any PoolAccess (nullptr: no pool).
+  Controller(ControllerOptions options, GuestEdges edges, std::unique_ptr<PoolAccess> pool);
   ~Controller();  // stop() if the caller did not
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
@@ -70,30 +69,34 @@ class Controller {
   // The last tick's Observation (its kernel signals feed the stats snapshot); empty before the
   // first tick.
   std::optional<Observation> last_observation() const;
-  // The sensors' words on cpuidle: the states found, or why there are none.
+  // The signal source's words on cpuidle: the states found, or why there are none.
   std::string cpuidle_status() const;
   // True while the tuner sweeps its ladder (not while it confirms a shrink): the daemon then ticks at
   // tuner.sweep_interval_ms.
   bool searching() const;
+  // New options (reload); the edges stay.
   void update(const ControllerOptions& options);
 
   const ControllerOptions& options() const noexcept { return options_; }
+  // Where the actuator keeps the originals (HaltpollActuator::originals_location()).
   std::string state_file() const;
 
  private:
   enum class Target { none, kernel, pool };
-  void build_edges();
   void start_prober();
   void detect_locked();
   Target target_locked() const;
   void restore_locked();
+  // Leaves kernel mode after a refused write (`why`, for status): restores what this run changed.
+  void degrade_locked(const std::string& why);
   static const char* target_name(Target t) noexcept;
 
   mutable std::mutex mu_;
   ControllerOptions options_;
   std::unique_ptr<PoolAccess> pool_;
-  std::unique_ptr<Sensors> sensors_;
-  std::unique_ptr<SysfsHaltpollParams> actuator_;
+  std::shared_ptr<KernelSignalSource> signals_;
+  std::shared_ptr<HaltpollActuator> actuator_;
+  std::shared_ptr<const Clock> clock_;
   std::unique_ptr<Prober> prober_;
   HaltExitPenalty penalty_;
   Tuner tuner_;
@@ -103,6 +106,7 @@ class Controller {
   std::string degraded_reason_;  // set when a write failed: kernel mode is off until reload
   std::string recovery_message_;
   std::string reset_unavailable_;  // why reset_poll_limits() failed (not retried until reload)
+  std::uint64_t limit_resets_ = 0;  // poll limit resets done
   std::uint64_t ticks_ = 0;
   std::vector<PoolCounters> last_pool_;
   haltpoll::LatencyHistogram carried_probes_;  // probe samples not yet used (fewer than min_latency_samples)

@@ -5,7 +5,8 @@
 // beyond that of a copied struct.
 #pragma once
 
-#include "tuning/observation.hpp"
+#include "signals/edges.hpp"
+#include "tuning/decision.hpp"
 #include "tuning/prober.hpp"
 #include "tuning/tuner.hpp"
 
@@ -64,12 +65,7 @@ struct ControllerStatus {
     TunerParams params;
   } tuner;
 
-  struct Sensors {
-    std::vector<int> cpus;
-    bool cpuidle_available = false;
-    std::string cpuidle, kernel_signals;
-    std::string kernel_signals_missing;  // empty when the eBPF signals are present
-  } sensors;
+  SignalSourceStatus sensors;
 
   struct Pool {
     std::vector<int> cpus;

@@ -22,24 +22,6 @@ const char* to_string(Action a) noexcept {
   return "?";
 }
 
-std::string_view to_string(Policy p) noexcept {
-  switch (p) {
-    case Policy::static_value: return "static";
-    case Policy::latency: return "latency";
-    case Policy::budget: return "budget";
-    case Policy::balanced: return "balanced";
-  }
-  return "?";
-}
-
-std::optional<Policy> policy_from_string(std::string_view s) noexcept {
-  if (s == "static") return Policy::static_value;
-  if (s == "latency") return Policy::latency;
-  if (s == "budget") return Policy::budget;
-  if (s == "balanced") return Policy::balanced;
-  return std::nullopt;
-}
-
 std::string validate(const TunerParams& p) {
   if (p.min_ns > p.max_ns) return "min_ns must not exceed max_ns";
   if (!(p.percentile > 0 && p.percentile < 100)) return "percentile must be in (0, 100)";

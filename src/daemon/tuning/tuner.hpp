@@ -36,7 +36,9 @@
 // blocks growth.
 #pragma once
 
-#include "tuning/observation.hpp"
+#include "signals/observation.hpp"
+#include "tuner_policy.hpp"
+#include "tuning/decision.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -45,8 +47,6 @@
 #include <vector>
 
 namespace haltpolld {
-
-enum class Policy { static_value, latency, budget, balanced };
 
 struct TunerParams {
   Policy policy = Policy::balanced;
@@ -77,13 +77,14 @@ struct TunerParams {
   // A wake-rate rise smaller than this (fraction) is noise, not a closed loop speeding up.
   double closed_loop_min_gain = 0.15;
   // Signature change that counts as a new load: a factor on the wake or halt rate (above an
-  // absolute 300/s), or on poll CPU (above 5 points); twice the factor acts at once, else it must
+  // absolute 300/s), or on poll CPU (with a move above 10 points); twice the factor acts at once, else it must
   // show on two ticks in a row. 2: a pipe restarted in chunks moved 1.5 x on two ticks without
   // changing (eval-kernel 2026-12-01); the switches between the evaluation's loads move ≥ 2.7 x.
   double load_change_factor = 2.0;
   // A steady load with frequent halts is swept again after this many ticks (10 min at 1 s).
   std::uint32_t resweep_after_ticks = 600;
-  // Near-ties between rungs go to the lower one: within this share of the best net benefit.
+  // Near-ties between rungs go to the lower one: a net within this share of the best rung's own
+  // poll CPU (at least 0.005 CPU-s/s) of the best net.
   double hysteresis = 0.10;
   // Steal share (% of all guest CPU time) above which the tuner backs off.
   double steal_backoff_percent = 10;
@@ -106,8 +107,6 @@ struct TunerParams {
   friend bool operator==(const TunerParams&, const TunerParams&) = default;
 };
 
-std::string_view to_string(Policy p) noexcept;
-std::optional<Policy> policy_from_string(std::string_view s) noexcept;
 // Empty when the parameters are coherent, else what is wrong.
 std::string validate(const TunerParams& p);
 

@@ -51,6 +51,9 @@ void make_haltpoll_guest(const Daemon& d) {
   std::filesystem::create_directories(cpuidle);
   std::ofstream(cpuidle + "/current_driver") << "haltpoll\n";
   std::ofstream(cpuidle + "/current_governor") << "haltpoll\n";
+  // As on every kernel with a writable current_governor: a state file naming the governor is
+  // applied only when the kernel lists it.
+  std::ofstream(cpuidle + "/available_governors") << "ladder menu haltpoll \n";
 }
 
 std::string param(const Daemon& d, const char* name) {
@@ -58,6 +61,23 @@ std::string param(const Daemon& d, const char* name) {
   std::string v;
   std::getline(f, v);
   return v;
+}
+
+// Kernel mode on the fake root, a static cap that differs from the original 200000.
+json kernel_config(const json& socket = json::object()) {
+  json cfg = {{"mode", "kernel"},
+              {"tuner", {{"interval_ms", 200}, {"policy", "static"}}},
+              {"pool", {{"guest_halt_poll_ns", 100000}}}};
+  if (!socket.empty()) cfg["socket"] = socket;
+  return cfg;
+}
+
+// Restarts the fixture's daemon on a tree where kernel mode is active and waits for its cap there.
+void start_in_kernel_mode(Daemon& d) {
+  REQUIRE(d.stop() == 0);
+  make_haltpoll_guest(d);
+  d.start();
+  REQUIRE(eventually([&] { return param(d, "guest_halt_poll_ns") == "100000"; }, 20s));
 }
 
 }  // namespace
@@ -156,16 +176,8 @@ TEST_CASE("hardening: the stop restores the originals even when clients hold eve
   WARN("ASan/UBSan build: its vptr check needs a free descriptor, which this test takes away; skipped");
   return;
 #endif
-  // Kernel mode on the fake root, a static cap that differs from the original 200000.
-  const json cfg = {{"mode", "kernel"},
-                    {"tuner", {{"interval_ms", 200}, {"policy", "static"}}},
-                    {"pool", {{"guest_halt_poll_ns", 100000}}},
-                    {"socket", {{"mode", "0666"}, {"idle_timeout_ms", 600000}}}};
-  Daemon d(cfg);
-  REQUIRE(d.stop() == 0);
-  make_haltpoll_guest(d);
-  d.start();
-  REQUIRE(eventually([&] { return param(d, "guest_halt_poll_ns") == "100000"; }, 20s));
+  Daemon d(kernel_config({{"mode", "0666"}, {"idle_timeout_ms", 600000}}));
+  start_in_kernel_mode(d);
   const std::string state = d.dir + "/haltpoll-params.json";
   REQUIRE(std::filesystem::exists(state));
 
@@ -194,4 +206,28 @@ TEST_CASE("hardening: the stop restores the originals even when clients hold eve
   const auto restored = err.find("restored the original haltpoll parameters");
   REQUIRE(restored != std::string::npos);
   CHECK(restored < err.find("info stopped"));
+}
+
+TEST_CASE("haltpolld --restore: refused while the daemon runs, puts the originals back after a kill -9") {
+  Daemon d(kernel_config());
+  start_in_kernel_mode(d);
+  const std::string state = d.dir + "/haltpoll-params.json";
+  const std::vector<std::string> restore = {HALTPOLLD_BIN, "--config", d.config_file, "--socket", d.socket,
+                                            "--sysfs-root", d.sysfs, "--restore"};
+  // The daemon holds its state directory: nothing is touched under it.
+  auto r = testsupport::run(restore);
+  CHECK(r.code == 4);
+  CHECK(r.err.find("already running") != std::string::npos);
+  CHECK(param(d, "guest_halt_poll_ns") == "100000");
+  CHECK(std::filesystem::exists(state));
+  // After a kill -9 the stop path alone puts everything back; a second run has nothing to do.
+  d.proc->signal(SIGKILL);
+  d.proc->wait(20s);
+  r = testsupport::run(restore);
+  CAPTURE(r.err);
+  CHECK(r.code == 0);
+  CHECK(param(d, "guest_halt_poll_ns") == "200000");
+  CHECK(param(d, "guest_halt_poll_grow_start") == "50000");
+  CHECK_FALSE(std::filesystem::exists(state));
+  CHECK(testsupport::run(restore).code == 0);
 }

@@ -4,6 +4,7 @@
 #include "sysfs/actuator.hpp"
 #include "sysfs/file_io.hpp"
 #include "control/controller_json.hpp"
+#include "sysfs/sysfs_edges.hpp"
 #include "tuning/controller.hpp"
 #include "fake_sysfs.hpp"
 
@@ -87,6 +88,42 @@ TEST_CASE("originals are saved before the first write; writes only on change; re
   CHECK(!std::filesystem::exists(state));
 }
 
+TEST_CASE("a state file removed while running is written again, with the originals, before the next write") {
+  FakeSysfs fs;
+  TempDir dir;
+  const std::string state = dir.path() + "/state.json";
+  SysfsHaltpollParams a(fs.root(), state);
+  REQUIRE(a.set_poll_ns(40000).written);
+  // Removed under the daemon (an operator, a cleaner of the runtime directory), then the state
+  // directory itself.
+  std::filesystem::remove_all(dir.path());
+  REQUIRE(a.set_poll_ns(30000).written);
+  REQUIRE(std::filesystem::exists(state));
+  REQUIRE(a.set_grow_start_ns(20000).written);
+  // What a crash now leaves is the originals, not the values this run wrote.
+  SysfsHaltpollParams next(fs.root(), state);
+  const auto r = next.recover();
+  CAPTURE(r.message);
+  CHECK(r.ok);
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  CHECK(fs.param("guest_halt_poll_grow_start") == "50000");
+  CHECK_FALSE(std::filesystem::exists(state));
+}
+
+TEST_CASE("recover() removes the temporaries of state file writes a kill interrupted") {
+  FakeSysfs fs;
+  TempDir dir;
+  const std::string state = dir.path() + "/haltpoll-params.json";
+  const std::string interrupted = dir.path() + "/.haltpoll-params.json.tmp.0123456789abcdef";
+  const std::string other = dir.path() + "/.other.json.tmp.0123456789abcdef";
+  std::ofstream(interrupted) << "{\n  \"cpuidle_governor\": \"hal";
+  std::ofstream(other) << "x";
+  SysfsHaltpollParams a(fs.root(), state);
+  CHECK(a.recover().ok);
+  CHECK_FALSE(std::filesystem::exists(interrupted));
+  CHECK(std::filesystem::exists(other));  // not a state file's
+}
+
 TEST_CASE("a write failure reports errno and the path") {
   FakeSysfs fs;
   TempDir dir;
@@ -135,11 +172,9 @@ TEST_CASE("after SIGKILL the next start restores the originals before its first 
   CHECK(fs.param("guest_halt_poll_ns") == "12345");
 
   ControllerOptions o;
-  o.sysfs_root = fs.root();
-  o.state_dir = dir.path();
   o.kernel_mode = true;
   o.probe_rate_hz = 0;
-  Controller ctl(o, std::unique_ptr<PoolAccess>{});
+  Controller ctl(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   ctl.start();
   CHECK(fs.param("guest_halt_poll_ns") == "200000");
   CHECK(fs.param("guest_halt_poll_grow_start") == "50000");
@@ -151,10 +186,8 @@ TEST_CASE("after SIGKILL the next start restores the originals before its first 
 
 namespace {
 
-ControllerOptions kernel_options(const FakeSysfs& fs, const TempDir& dir) {
+ControllerOptions kernel_options() {
   ControllerOptions o;
-  o.sysfs_root = fs.root();
-  o.state_dir = dir.path();
   o.kernel_mode = true;
   o.probe_rate_hz = 0;
   return o;
@@ -261,10 +294,10 @@ TEST_CASE("reset_poll_limits: a governor round trip, saved first, the governor f
 TEST_CASE("kernel mode: a lowered cap zeroes the poll limits once, a raised one does not; a failure keeps kernel mode") {
   FakeSysfs fs;
   TempDir dir;
-  ControllerOptions o = kernel_options(fs, dir);
+  ControllerOptions o = kernel_options();
   o.tuner.policy = Policy::static_value;
   o.tuner.static_ns = 20000;
-  Controller ctl(o, std::unique_ptr<PoolAccess>{});
+  Controller ctl(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   ctl.start();
   const std::string gov = fs.root() + "/sys/devices/system/cpu/cpuidle/current_governor";
   {
@@ -400,8 +433,8 @@ TEST_CASE("hardening: every value and type of the state file is checked; a bad o
   for (const auto& [what, text] : cases) {
     INFO(what);
     REQUIRE(replace_file_atomically(state, text) == 0);
-    ControllerOptions o = kernel_options(fs, dir);
-    Controller ctl(o, std::unique_ptr<PoolAccess>{});
+    ControllerOptions o = kernel_options();
+    Controller ctl(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
     REQUIRE_NOTHROW(ctl.start());
     CHECK(status_to_json(ctl.status())["kernel"]["recovery"].get<std::string>().find("not applied") != std::string::npos);
     CHECK(fs.param("guest_halt_poll_ns") == "200000");
@@ -483,10 +516,10 @@ TEST_CASE("hardening: an unapplied state file is never overwritten; kernel write
   const std::string state = dir.path() + "/haltpoll-params.json";
   const std::string text = state_json(fs.root(), [] { auto p = good_params(); p["guest_halt_poll_ns"] = "4294967295x"; return p; }());
   REQUIRE(replace_file_atomically(state, text) == 0);
-  ControllerOptions o = kernel_options(fs, dir);
+  ControllerOptions o = kernel_options();
   o.tuner.policy = Policy::static_value;
   o.tuner.static_ns = 12345;
-  Controller ctl(o, std::unique_ptr<PoolAccess>{});
+  Controller ctl(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   ctl.start();
   ctl.tick();
   CHECK(fs.param("guest_halt_poll_ns") == "200000");
@@ -605,11 +638,9 @@ TEST_CASE("real sysfs: restore after SIGKILL (HALTPOLL_REAL_SYSFS=1)") {
   REQUIRE(probe.read("guest_halt_poll_ns") != before["guest_halt_poll_ns"]);
 
   ControllerOptions o;
-  o.sysfs_root = "/";
-  o.state_dir = dir.path();
   o.kernel_mode = true;
   o.probe_rate_hz = 0;
-  Controller ctl(o, std::unique_ptr<PoolAccess>{});
+  Controller ctl(o, sysfs_edges("/", dir.path()), std::unique_ptr<PoolAccess>{});
   ctl.start();
   for (const auto& [n, v] : before) CHECK(probe.read(n.c_str()) == v);
   ctl.stop();

@@ -1,6 +1,9 @@
 // Controller on a fake tree, with and without a (fake) pool: effective mode and reasons, kernel
-// writes and restore, degrade on write failure, decisions ring buffer, reload.
+// writes and restore, degrade on write failure, decisions ring buffer, reload; and on a guest that
+// is no kernel at all (its signals, parameters and time are the test's), as a simulated guest
+// drives it.
 #include "control/controller_json.hpp"
+#include "sysfs/sysfs_edges.hpp"
 #include "tuning/controller.hpp"
 #include "fake_sysfs.hpp"
 
@@ -11,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 using namespace haltpolld;
@@ -52,10 +56,8 @@ class FakePool final : public PoolAccess {
   mutable std::uint64_t reads_ = 0;
 };
 
-ControllerOptions opts(const FakeSysfs& fs, const TempDir& dir, bool kernel) {
+ControllerOptions opts(bool kernel) {
   ControllerOptions o;
-  o.sysfs_root = fs.root();
-  o.state_dir = dir.path();
   o.kernel_mode = kernel;
   o.probe_rate_hz = 0;
   o.tuner.policy = Policy::static_value;
@@ -63,12 +65,121 @@ ControllerOptions opts(const FakeSysfs& fs, const TempDir& dir, bool kernel) {
   return o;
 }
 
+// A haltpoll guest in virtual time: one object is the three edges, and nothing touches a file or
+// reads a clock. Each tick sees 1000 polls per CPU, 100 of which end in a halt.
+class VirtualGuest final : public KernelSignalSource, public HaltpollActuator, public Clock {
+ public:
+  std::uint64_t now_ns = 5'000'000'000;
+  std::int64_t wall_ms = 1'700'000'000'000;
+  std::uint32_t poll_ns = 200000;
+  std::vector<std::uint32_t> writes;
+  int limit_resets = 0;
+  std::optional<std::uint32_t> saved;
+
+  Observation sample(std::uint64_t now) override {
+    Observation o;
+    if (last_) {
+      o.elapsed_ns = now - *last_;
+      o.kernel.elapsed_ns = o.elapsed_ns;
+      for (int cpu : {0, 1}) {
+        const CpuIdleDelta d{cpu, 1000, 5'000'000, 100, 400'000'000};
+        o.cpuidle.push_back(d);
+        o.kernel.cpus.push_back(derive_kernel_signals(d));
+      }
+      o.cpu_source = "model";
+    }
+    last_ = now;
+    return o;
+  }
+  bool set_idle_trace_attached(bool, std::string) override { return false; }
+  SignalSourceStatus status() const override { return {{0, 1}, true, "POLL,haltpoll (model)", "none", "a model"}; }
+
+  KernelHaltpollState detect() const override { return {true, "haltpoll", "haltpoll", true, ""}; }
+  std::optional<std::string> read(const char* name) const override {
+    if (std::string(name) == "guest_halt_poll_ns") return std::to_string(poll_ns);
+    return std::nullopt;
+  }
+  std::optional<std::uint32_t> read_poll_ns() const override { return poll_ns; }
+  ActuatorResult set_poll_ns(std::uint32_t ns) override {
+    if (!saved) saved = poll_ns;
+    writes.push_back(ns);
+    poll_ns = ns;
+    return {true, true, 0, ""};
+  }
+  ActuatorResult set_grow_start_ns(std::uint32_t) override { return {}; }
+  ActuatorResult reset_poll_limits() override {
+    ++limit_resets;
+    return {true, true, 0, ""};
+  }
+  ActuatorResult recover() override { return {}; }
+  ActuatorResult restore() override {
+    if (saved) poll_ns = *saved;
+    saved.reset();
+    return {};
+  }
+  bool has_saved_originals() const override { return saved.has_value(); }
+  const std::string& blocked_reason() const override { return blocked_; }
+  std::string recheck_blocked() override { return {}; }
+  std::string params_location() const override { return "the model's parameters"; }
+  std::string originals_location() const override { return "the model's memory"; }
+
+  std::uint64_t steady_ns() const override { return now_ns; }
+  std::int64_t unix_ms() const override { return wall_ms; }
+
+  void advance_s(int s) {
+    now_ns += static_cast<std::uint64_t>(s) * 1'000'000'000;
+    wall_ms += s * 1000;
+  }
+
+ private:
+  std::optional<std::uint64_t> last_;
+  std::string blocked_;
+};
+
+GuestEdges edges_of(const std::shared_ptr<VirtualGuest>& g) { return {g, g, g}; }
+
 }  // namespace
+
+TEST_CASE("the Controller drives a guest that is not the kernel, in the guest's own time") {
+  auto guest = std::make_shared<VirtualGuest>();
+  Controller c(opts(true), edges_of(guest), std::unique_ptr<PoolAccess>{});
+  c.start();
+  guest->advance_s(3);
+  auto d = c.tick();
+  CHECK(d.guest_halt_poll_ns == 30000);
+  CHECK(d.applied_kernel);
+  CHECK(d.applied_reset);  // lowered from 200000: the limits are reset through the actuator
+  CHECK(guest->writes == std::vector<std::uint32_t>{30000});
+  CHECK(guest->limit_resets == 1);
+  // The tick's length and the log's timestamp are the guest's clock, not the machine's.
+  REQUIRE(c.last_observation());
+  CHECK(c.last_observation()->elapsed_ns == 3'000'000'000ULL);
+  CHECK(c.last_observation()->kernel.total(&CpuKernelSignals::halts) == 200);
+  REQUIRE(c.decisions().size() == 1);
+  CHECK(c.decisions()[0].time_ms == guest->wall_ms);
+  auto s = c.status();
+  CHECK(s.kernel_effective);
+  CHECK(s.kernel.params_dir == "the model's parameters");
+  CHECK(s.kernel.state_file == "the model's memory");
+  CHECK(s.kernel.poll_limit_resets == 1);
+  CHECK(s.sensors.cpuidle == "POLL,haltpoll (model)");
+  CHECK(c.cpuidle_status() == "POLL,haltpoll (model)");
+  c.stop();
+  CHECK(guest->poll_ns == 200000);
+  CHECK(!guest->saved);
+}
+
+TEST_CASE("a Controller without one of its edges is refused") {
+  auto guest = std::make_shared<VirtualGuest>();
+  GuestEdges e = edges_of(guest);
+  e.clock = nullptr;
+  CHECK_THROWS_AS(Controller(opts(false), e, std::unique_ptr<PoolAccess>{}), std::invalid_argument);
+}
 
 TEST_CASE("kernel mode on a haltpoll guest writes, and stop() restores") {
   FakeSysfs fs;
   TempDir dir;
-  Controller c(opts(fs, dir, true), std::unique_ptr<PoolAccess>{});
+  Controller c(opts(true), sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   auto d = c.tick();
   CHECK(d.guest_halt_poll_ns == 30000);
@@ -92,7 +203,7 @@ TEST_CASE("kernel mode on a haltpoll guest writes, and stop() restores") {
 TEST_CASE("observe mode decides but never writes") {
   FakeSysfs fs;
   TempDir dir;
-  Controller c(opts(fs, dir, false), std::unique_ptr<PoolAccess>{});
+  Controller c(opts(false), sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   auto d = c.tick();
   CHECK(d.guest_halt_poll_ns == 30000);
@@ -111,7 +222,7 @@ TEST_CASE("driver none: kernel mode is inactive with the precise reason and the 
   TempDir dir;
   auto pool = std::make_unique<FakePool>();
   auto* raw = pool.get();
-  Controller c(opts(fs, dir, true), std::move(pool));
+  Controller c(opts(true), sysfs_edges(fs.root(), dir.path()), std::move(pool));
   c.start();
   auto d = c.tick();
   CHECK(!d.applied_kernel);
@@ -130,8 +241,8 @@ TEST_CASE("driver none: kernel mode is inactive with the precise reason and the 
 TEST_CASE("a failed write degrades to observe with the reason and a reload retries") {
   FakeSysfs fs;
   TempDir dir;
-  auto o = opts(fs, dir, true);
-  Controller c(o, std::unique_ptr<PoolAccess>{});
+  auto o = opts(true);
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   REQUIRE(c.tick().applied_kernel);
   std::filesystem::remove(fs.params_dir() + "/guest_halt_poll_ns");
@@ -150,11 +261,65 @@ TEST_CASE("a failed write degrades to observe with the reason and a reload retri
   CHECK(fs.param("guest_halt_poll_ns") == "200000");
 }
 
+TEST_CASE("a write refused after others degrades to observe and puts back what the run changed") {
+  FakeSysfs fs;
+  TempDir dir;
+  auto o = opts(true);
+  o.tuner.manage_grow_start = true;
+  o.tuner.static_ns = 20000;  // below grow_start: the tuner moves grow_start with the cap
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
+  c.start();
+  REQUIRE(c.tick().applied_kernel);
+  REQUIRE(fs.param("guest_halt_poll_ns") == "20000");
+  REQUIRE(fs.param("guest_halt_poll_grow_start") != "50000");
+  // The cap goes through, then grow_start's write is refused (a file turned into a directory).
+  const std::string gs = fs.params_dir() + "/guest_halt_poll_grow_start";
+  std::filesystem::remove(gs);
+  std::filesystem::create_directory(gs);
+  o.tuner.static_ns = 8000;
+  c.update(o);
+  auto d = c.tick();
+  CHECK(d.reason.find("degraded to observe") != std::string::npos);
+  CHECK(status_to_json(c.status())["effective_mode"] == "observe");
+  // Not at the stop: at once, while the daemon goes on in observe mode.
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  CHECK(std::filesystem::exists(c.state_file()));  // grow_start could not be put back: kept for the next start
+  const auto writes = std::filesystem::last_write_time(fs.params_dir() + "/guest_halt_poll_ns");
+  for (int i = 0; i < 3; ++i) c.tick();
+  CHECK(std::filesystem::last_write_time(fs.params_dir() + "/guest_halt_poll_ns") == writes);  // no more writes
+  c.stop();
+}
+
+TEST_CASE("a tick long after the last (a stopped daemon, a suspended guest) decides nothing from the gap") {
+  auto g = std::make_shared<VirtualGuest>();
+  auto o = opts(true);
+  o.tuner.policy = Policy::budget;
+  o.tuner.max_poll_cpu_percent = 10;  // late after 2 × interval_ms (1 s) + 2 s
+  Controller c(o, edges_of(g), std::unique_ptr<PoolAccess>{});
+  c.start();
+  Decision before;
+  for (int i = 0; i < 4; ++i) {
+    g->advance_s(1);
+    before = c.tick();
+  }
+  g->advance_s(30);  // SIGSTOP, 30 s, SIGCONT
+  const auto late = c.tick();
+  CHECK(late.reason.find("nothing decided from rates over the gap") != std::string::npos);
+  CHECK_FALSE(late.poll_cpu_percent.has_value());
+  CHECK(late.guest_halt_poll_ns == before.guest_halt_poll_ns);
+  CHECK_FALSE(late.changed());
+  // The next tick measures an ordinary interval again.
+  g->advance_s(1);
+  const auto next = c.tick();
+  CHECK(next.reason.find("over the gap") == std::string::npos);
+  c.stop();
+}
+
 TEST_CASE("turning kernel mode off by reload restores the originals") {
   FakeSysfs fs;
   TempDir dir;
-  auto o = opts(fs, dir, true);
-  Controller c(o, std::unique_ptr<PoolAccess>{});
+  auto o = opts(true);
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   c.tick();
   REQUIRE(fs.param("guest_halt_poll_ns") == "30000");
@@ -167,9 +332,9 @@ TEST_CASE("turning kernel mode off by reload restores the originals") {
 TEST_CASE("the decision log is a bounded ring, newest last") {
   FakeSysfs fs;
   TempDir dir;
-  auto o = opts(fs, dir, false);
+  auto o = opts(false);
   o.decision_log_size = 3;
-  Controller c(o, std::unique_ptr<PoolAccess>{});
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   for (int i = 0; i < 5; ++i) c.tick();
   auto log = decisions_to_json(c.decisions());
@@ -182,9 +347,9 @@ TEST_CASE("the decision log is a bounded ring, newest last") {
 TEST_CASE("with probes, latencies reach the observation") {
   FakeSysfs fs;
   TempDir dir;
-  auto o = opts(fs, dir, false);
+  auto o = opts(false);
   o.probe_rate_hz = 2000;
-  Controller c(o, std::make_unique<FakePool>());
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::make_unique<FakePool>());
   c.start();
   // Ticks until one has samples: the prober thread's first probes may be late on a loaded machine.
   nlohmann::json s;
@@ -203,10 +368,10 @@ TEST_CASE("with probes, latencies reach the observation") {
 TEST_CASE("kernel mode with manage_grow_start writes grow_start next to a small cap and restores it") {
   FakeSysfs fs;
   TempDir dir;
-  auto o = opts(fs, dir, true);
+  auto o = opts(true);
   o.tuner.static_ns = 25000;
   o.tuner.manage_grow_start = true;
-  Controller c(o, std::unique_ptr<PoolAccess>{});
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   auto d = c.tick();
   CHECK(d.guest_halt_poll_ns == 25000);
@@ -225,9 +390,9 @@ TEST_CASE("kernel mode with manage_grow_start writes grow_start next to a small 
 TEST_CASE("a busy guest starts a sweep, and the controller says it is searching (the daemon ticks faster)") {
   FakeSysfs fs;
   TempDir dir;
-  auto o = opts(fs, dir, false);
+  auto o = opts(false);
   o.tuner.policy = Policy::balanced;
-  Controller c(o, std::unique_ptr<PoolAccess>{});
+  Controller c(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
   CHECK(!c.searching());
   // Frequent halts on both CPUs: 2000 per tick, 100 µs each.
@@ -241,7 +406,7 @@ TEST_CASE("a busy guest starts a sweep, and the controller says it is searching 
 TEST_CASE("hardening: kernel mode comes back on the next tick once the refused state file is removed or repaired") {
   FakeSysfs fs;
   TempDir dir;
-  Controller c(opts(fs, dir, true), std::unique_ptr<PoolAccess>{});
+  Controller c(opts(true), sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   const std::string state = c.state_file();
   std::ofstream(state) << "{\"version\": 2}\n";  // in the private directory, but not a file to apply
   c.start();

@@ -1,7 +1,7 @@
 // The names of the io.haltpolld interface that both ends must spell alike: the interface itself
 // and its error names (the generic org.varlink.service.* names live in varlink/varlink.hpp).
-// Header-only and dependency-free so that haltpollctl includes it without linking the daemon's
-// control layer. Constants only: nothing to synchronise.
+// Header-only and dependency-free, next to the varlink code both ends link, so that haltpollctl
+// needs nothing of the daemon. Constants only: nothing to synchronise.
 #pragma once
 
 namespace haltpolld {

@@ -1,9 +1,7 @@
-// Observation and Decision: the two values that cross the sensor → tuner → actuator loop.
-// An Observation is what the sensors saw during one tick, already reduced to the few numbers the
-// tuner reasons about (a per-CPU poll share, a wake latency at a percentile, a steal share); a
-// signal the guest cannot provide is an empty optional, never a made-up zero, so that the tuner
-// can say "no poll-CPU signal" instead of deciding on nothing. A Decision is the tuner's answer
-// plus the reason in words. Both are plain values: no threads, no shared state, no ordering
+// The kernel's signals of one tick: the cpuidle deltas of each CPU, what they say about its polls
+// and halts, and the idle-period histograms of the eBPF program. The bottom of the daemon: the
+// sysfs layer fills these values, the tuning layer reads them, the control layer reports them, and
+// a simulated guest produces them as well. Plain values: no threads, no shared state, no ordering
 // contract beyond that of a copied struct.
 #pragma once
 
@@ -116,89 +114,8 @@ struct KernelSignals {
   }
 };
 
-// Probe latencies of one tick, all CPUs merged (per-CPU histograms stay in the Prober).
-struct ProbeSummary {
-  std::uint64_t samples = 0;    // probes that woke a worker (poll hit + park path)
-  std::uint64_t poll_hits = 0;  // the worker was polling: no syscall on the wake path
-  std::uint64_t park_path = 0;  // the worker was parked on its futex
-  std::uint64_t queued = 0;     // the worker was busy: the sample says nothing about waking
-  double p50_ns = 0;
-  double p99_ns = 0;
-  double at_percentile_ns = 0;  // at TunerParams::percentile
-};
-
-struct Observation {
-  std::uint64_t tick = 0;
-  std::uint64_t elapsed_ns = 0;     // length of the tick the deltas cover
-  std::uint32_t current_ns = 0;     // the poll cap in force during the tick
-
-  // Highest per-CPU share of time spent polling, in % of one CPU (the budget is per CPU), and the
-  // mean over the CPUs. From cpuidle POLL time, or from the pool's poll_ns when the tuner drives the
-  // pool's window instead of the kernel's.
-  std::optional<double> poll_cpu_percent;
-  std::optional<double> mean_poll_cpu_percent;
-  // Sum over the CPUs (% of one CPU): the poll time the host pays for, the cost side of a step.
-  std::optional<double> total_poll_cpu_percent;
-  // Wake-ups per second over all CPUs (idle exits, or pool wakes): the benefit side of a step is
-  // latency saved per wake × wakes per second.
-  std::optional<double> wakes_per_second;
-
-  // Wake latency at TunerParams::percentile, with the number of samples behind it.
-  std::optional<double> wake_latency_ns;
-  std::uint64_t latency_samples = 0;
-  // Mean wake latency: latency × wakes per second is the total waiting time, so the marginal
-  // benefit of a step is judged on the mean (a percentile of a bimodal hit/miss distribution moves
-  // in jumps); the percentile serves the latency policy's target.
-  std::optional<double> mean_wake_latency_ns;
-
-  // Share of all CPU time the host stole from the guest during the tick, in %.
-  std::optional<double> steal_percent;
-
-  // Where the numbers came from, for the decision log: "cpuidle", "pool", "probes", "model".
-  std::string cpu_source;
-  std::string latency_source;
-
-  // The halt-exit penalty measured on this guest (Controller: park-path minus poll-hit wake
-  // latency of the daemon's own workers on otherwise idle CPUs), its age and how it was taken;
-  // empty until measured. The tuner prices the halts a setting avoids with it.
-  std::optional<double> halt_exit_penalty_ns;
-  std::optional<double> penalty_age_s;
-  std::string penalty_source;
-
-  std::vector<CpuIdleDelta> cpuidle;  // empty when the guest has no cpuidle states
-  // The kernel's signals of the tick, per CPU: the tuner's primary input.
-  KernelSignals kernel;
-  ProbeSummary probes;
-};
-
-enum class Action { hold, grow, shrink, set, revert };
-
-struct Decision {
-  std::uint64_t tick = 0;
-  Action action = Action::hold;
-  std::uint32_t previous_ns = 0;
-  std::uint32_t guest_halt_poll_ns = 0;  // the value to put in force (== previous_ns on hold)
-  // guest_halt_poll_grow_start to put in force with it (TunerParams::manage_grow_start), else empty.
-  std::optional<std::uint32_t> grow_start_ns;
-  // Lowered with TunerParams::reset_limits: the CPUs' poll limits are to be zeroed too, so that the
-  // lower cap reaches the CPUs that never halt (they keep their old limit until they do).
-  bool reset_limits = false;
-  std::string reason;
-
-  // The inputs the decision was made on, copied for the decision log.
-  std::optional<double> poll_cpu_percent;
-  std::optional<double> wake_latency_ns;
-  std::optional<double> steal_percent;
-
-  // Filled in by the Controller: whether the value reached the kernel / the pool.
-  bool applied_kernel = false;
-  bool applied_pool = false;
-  bool applied_grow_start = false;
-  bool applied_reset = false;  // the poll limits were zeroed (kernel: a governor round trip)
-
-  bool changed() const noexcept { return guest_halt_poll_ns != previous_ns; }
-};
-
-const char* to_string(Action a) noexcept;
+// The counters-only kernel signals of one CPU's tick (hits and misses derived, see
+// CpuKernelSignals); the eBPF reader overwrites the outcome split where it has exact counts.
+CpuKernelSignals derive_kernel_signals(const CpuIdleDelta& d);
 
 }  // namespace haltpolld

@@ -1,0 +1,31 @@
+#include "sysfs/sysfs_edges.hpp"
+
+#include "sysfs/actuator.hpp"
+#include "sysfs/sensors.hpp"
+
+#include <chrono>
+
+namespace haltpolld {
+
+std::uint64_t SystemClock::steady_ns() const {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+std::int64_t SystemClock::unix_ms() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+GuestEdges sysfs_edges(const std::string& sysfs_root, const std::string& state_dir, std::vector<int> cpus,
+                       bool kernel_signals) {
+  auto sensors = std::make_shared<Sensors>(sysfs_root, std::move(cpus));
+  // The eBPF signals (exact outcomes, IPI skips, per-CPU limits, idle-period histograms) where the
+  // kernel allows them; without them the counters alone drive the tuner and status says why.
+  if (kernel_signals) sensors->enable_idle_trace();
+  return {std::move(sensors), std::make_shared<SysfsHaltpollParams>(sysfs_root, haltpoll_state_file(state_dir)),
+          std::make_shared<SystemClock>()};
+}
+
+}  // namespace haltpolld

@@ -1,0 +1,118 @@
+// Cost distributions and their closed-form fit to the real guest (des_costs.hpp).
+#include "sim/des_costs.hpp"
+
+#include <algorithm>
+
+namespace haltpolld::des {
+
+namespace {
+std::uint64_t splitmix64(std::uint64_t& x) noexcept {
+  std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+std::uint64_t rotl(std::uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }
+// z of the normal quantiles used below.
+constexpr double z90 = 1.2815515655446004;
+constexpr double z99 = 2.3263478740408408;
+}  // namespace
+
+Rng::Rng(std::uint64_t seed) noexcept {
+  for (auto& s : s_) s = splitmix64(seed);
+}
+
+std::uint64_t Rng::next() noexcept {
+  const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const std::uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::normal() noexcept {
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
+  // Marsaglia's polar method: two normals per accepted pair, one log and one sqrt, no trigonometry.
+  double u, v, s;
+  do {
+    u = 2 * uniform() - 1;
+    v = 2 * uniform() - 1;
+    s = u * u + v * v;
+  } while (s >= 1 || s == 0);
+  const double m = std::sqrt(-2 * std::log(s) / s);
+  spare_ = v * m;
+  has_spare_ = true;
+  return u * m;
+}
+
+Ns Dist::draw(Rng& r) const noexcept {
+  double x = median_ns;
+  if (sigma > 0 && median_ns > 0) x = median_ns * std::exp(sigma * r.normal());
+  if (tail_p > 0 && r.uniform() < tail_p) x += r.exponential(tail_mean_ns);
+  return static_cast<Ns>(std::llround(x));
+}
+
+Calibration fit_costs(const FitInputs& in, const FitAssumptions& as) {
+  Calibration c;
+  const double w = as.pipe_work_us * 1000;
+  // The pipe: a round trip is two hops; a hop is the woken side's wake-up latency plus its work
+  // before the next write. Polling (cap 200000) and halting (cap 0) give the two wake-up means.
+  const double rt_poll = in.pipe_us_per_op_polling * 1000;
+  const double hop_poll = rt_poll / 2;
+  const double hop_halt = in.pipe_us_per_op_halting * 1000 / 2;
+  const double mean_h = std::max(100.0, hop_poll - w);
+  const double mean_m = std::max(mean_h, hop_halt - w);
+  // A CPU polls from its own block (block ns after its write) until the partner's write
+  // (wake + work later): POLL residency per round trip = hop - block.
+  const double block = std::clamp(hop_poll - in.pipe_poll_share_polling * rt_poll, 0.0, hop_poll);
+  // A halted CPU's idle period at cap 0: the partner's halted wake-up and work, then the share f
+  // of its own wake-up that passes before its halt ends, less its block: m + w + f·m - block.
+  const double f = std::clamp((in.pipe_halted_period_p50_us * 1000 - mean_m - w + block) / mean_m, 0.05, 1.0);
+  // The spread of that period (p10..p90) comes from the two draws of m: sd = cv·m·sqrt(1 + f²).
+  const double sd = (in.pipe_halted_period_p90_us - in.pipe_halted_period_p10_us) * 1000 / (2 * z90);
+  const double cv = sd / (mean_m * std::sqrt(1 + f * f));
+  const double sigma_m = std::sqrt(std::log1p(cv * cv));
+  // Rare long delays: the share of periods at cap 200000 that exceeded the cap, each from one
+  // wake-up whose tail exceeded 200 µs.
+  const double tail_mean = as.tail_mean_us * 1000;
+  const double over_cap =
+      in.pipe_entries_per_s_polling > 0 ? in.pipe_halts_per_s_polling / in.pipe_entries_per_s_polling : 0;
+  const double tail_p = std::min(1.0, over_cap / std::exp(-200000.0 / tail_mean));
+
+  c.costs.wake_polling = Dist::with_mean(mean_h, as.wake_polling_sigma);
+  c.costs.wake_polling.tail_p = tail_p;
+  c.costs.wake_polling.tail_mean_ns = tail_mean;
+  c.costs.wake_halted = Dist::with_mean(mean_m, sigma_m);
+  c.costs.wake_halted.tail_p = tail_p;
+  c.costs.wake_halted.tail_mean_ns = tail_mean;
+  c.costs.halt_exit_share = f;
+  c.pipe_work_ns = w;
+  c.pipe_block_ns = block;
+
+  // The timer: lateness = slack + the local timer's latency; medians at cap 0 (halting) and cap
+  // 200000 (polling); σ from p99 / p50 at cap 0. One wake-up in the run's 20000 was over 2 ms late.
+  const double slack = as.timer_slack_us * 1000;
+  const double th = std::max(100.0, in.timer_late_p50_us_halting * 1000 - slack);
+  const double tp = std::max(100.0, in.timer_late_p50_us_polling * 1000 - slack);
+  const double sigma_t = std::log(std::max(1.0, (in.timer_late_p99_us_halting * 1000 - slack) / th)) / z99;
+  c.costs.timer_in_halt = Dist{th, sigma_t, 1.0 / 20000, 2e6};
+  c.costs.timer_in_poll = Dist{tp, sigma_t, 1.0 / 20000, 2e6};
+  c.timer_slack_ns = slack;
+
+  // Request/response on one vCPU: RTT = server work + two hops (work and block) + two switches.
+  c.switch_ns = std::max(0.0, (in.poisson_rtt_p50_us_halting * 1000 - in.poisson_work_us * 1000 - 2 * (w + block)) / 2);
+
+  // Background interrupts: an idle guest's entries per CPU and second.
+  if (in.idle_entries_per_s > 0)
+    c.costs.housekeeping_gap = Dist::with_mean(in.idle_cpus * 1e9 / in.idle_entries_per_s, 1.0);
+  return c;
+}
+
+}  // namespace haltpolld::des

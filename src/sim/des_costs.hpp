@@ -1,0 +1,116 @@
+// Costs of the discrete-event guest model (des_guest.hpp) as distributions, and their fit to the
+// measurements of a real haltpoll guest.
+//
+// Every cost is a Dist: a log-normal body given by its median and the σ of its logarithm, plus,
+// with probability tail_p, an extra exponential delay of mean tail_mean_ns (the host preempting the
+// vCPU thread, a long interrupt: what makes a rare idle period exceed the cap and the governor
+// shrink). The fit (fit_costs) is closed-form from a few numbers of the real guest; which numbers
+// and why is written next to each field of FitInputs and in docs/simulator.md.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace haltpolld::des {
+
+using Ns = std::int64_t;
+
+// xoshiro256** seeded through splitmix64: fast, and the same sequence on every platform.
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) noexcept;
+  std::uint64_t next() noexcept;
+  double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  double normal() noexcept;                                                            // standard normal
+  double exponential(double mean) noexcept { return -mean * std::log1p(-uniform()); }
+
+ private:
+  std::uint64_t s_[4];
+  double spare_ = 0;
+  bool has_spare_ = false;
+};
+
+struct Dist {
+  double median_ns = 0;  // 0: the body is 0
+  double sigma = 0;      // σ of ln(x); 0: the body is the median exactly
+  double tail_p = 0;
+  double tail_mean_ns = 0;
+
+  static Dist constant(double ns) { return Dist{ns, 0, 0, 0}; }
+  // A log-normal with the given mean (not median) and σ.
+  static Dist with_mean(double mean_ns, double sigma) {
+    return Dist{mean_ns / std::exp(sigma * sigma / 2), sigma, 0, 0};
+  }
+  double mean_ns() const noexcept { return median_ns * std::exp(sigma * sigma / 2) + tail_p * tail_mean_ns; }
+  Ns draw(Rng& r) const noexcept;
+};
+
+struct Costs {
+  // Remote wake-up of a polling vCPU (need-resched seen, no IPI) until the woken thread runs.
+  Dist wake_polling;
+  // Remote wake-up of a halted vCPU: IPI, VM exit and entry, the host waking the vCPU thread, and
+  // the guest's path back to the thread.
+  Dist wake_halted;
+  // Share of wake_halted that passes before the guest's halt ends (its halt residency).
+  double halt_exit_share = 1.0;
+  // A thread's own timer fires while its CPU polls / halts, until the thread runs.
+  Dist timer_in_poll;
+  Dist timer_in_halt;
+  // Background interrupts per CPU (tick, RCU, housekeeping): the gap between two; they end a halt
+  // (a new idle period starts) and do not end a poll. median 0: none.
+  Dist housekeeping_gap;
+  // Optional steal: with this probability a compute step or a wake-up is stretched by `steal`
+  // (another guest ran on the physical CPU).
+  double steal_probability = 0;
+  Dist steal;
+};
+
+// The numbers of the real guest the fit uses (the defaults: ../shared/real-guest, measured
+// 2026-12-01 on a 2-vCPU Firecracker guest, AMD EPYC, Linux 6.18; kept in tests/data/real-guest).
+struct FitInputs {
+  // static-curve.jsonl, perf bench sched pipe, µs per round trip at cap 0 and cap 200000, and the
+  // POLL residency per CPU at 200000 (fraction).
+  double pipe_us_per_op_halting = 44.17708;
+  double pipe_us_per_op_polling = 6.10667;
+  double pipe_poll_share_polling = 0.1707;
+  // traces/pipe-0.idle.txt: the halted idle periods at cap 0, p10 / p50 / p90 (µs).
+  double pipe_halted_period_p10_us = 19.399;
+  double pipe_halted_period_p50_us = 24.296;
+  double pipe_halted_period_p90_us = 34.151;
+  // README §4 at cap 200000: halts/s against idle entries/s (the rare periods over the cap).
+  double pipe_halts_per_s_polling = 82;
+  double pipe_entries_per_s_polling = 273295;
+  // static-curve.jsonl, load_timer 150 µs: lateness p50 / p99 at cap 0 and p50 at 200000 (µs).
+  double timer_late_p50_us_halting = 81.03;
+  double timer_late_p99_us_halting = 132.45;
+  double timer_late_p50_us_polling = 63.46;
+  // static-curve.jsonl, load_poisson 2000/s with 5 µs of server work: RTT p50 at cap 0 (µs). Its
+  // client and server share one vCPU (traces/poisson-0: 1190 of the 1331 halts/s on cpu0, fewer
+  // idle entries than requests), so the RTT holds two context switches and no wake-up of an idle CPU.
+  double poisson_rtt_p50_us_halting = 19.48;
+  double poisson_work_us = 5;
+  // traces/idle-0: idle entries/s over both CPUs of an idle guest.
+  double idle_entries_per_s = 75;
+  int idle_cpus = 2;
+};
+
+// Assumptions that the data cannot separate (docs/simulator.md says why):
+struct FitAssumptions {
+  double pipe_work_us = 1.0;   // per hop: the woken side's read return and write up to its wake-up
+  double timer_slack_us = 50;  // Linux's default timer slack of a normal thread
+  double wake_polling_sigma = 0.25;
+  double tail_mean_us = 1000;  // a host-side delay long enough to exceed any cap
+};
+
+// The fitted model: costs plus the shapes of the loads it was fitted on.
+struct Calibration {
+  Costs costs;
+  double pipe_work_ns = 0;   // before the post (the wake-up of the partner)
+  double pipe_block_ns = 0;  // after the post, until the thread blocks and the CPU is idle
+  double timer_slack_ns = 0;
+  double switch_ns = 0;  // a context switch between two threads of one vCPU
+};
+
+Calibration fit_costs(const FitInputs& in = {}, const FitAssumptions& as = {});
+
+}  // namespace haltpolld::des

@@ -1,0 +1,174 @@
+// Discrete-event model of an N-vCPU KVM guest whose cpuidle driver is haltpoll.
+//
+// Virtual time is an integer count of ns. Every vCPU runs the kernel's idle loop: when its run
+// queue is empty it asks the haltpoll governor (the library's bit-exact haltpoll::WindowGovernor,
+// one per CPU) for a state, exactly as haltpoll_select() does — halt when the per-CPU limit is 0;
+// after a poll that timed out, halt; otherwise poll for the limit. After every halt the governor
+// adjusts the limit with the halt's residency as block_ns (haltpoll_reflect → adjust_poll_limit),
+// reading the module parameters in force at that moment, so a cap change reaches a CPU only at its
+// next adjustment. A governor round trip (reset_limits) zeroes every limit.
+//
+// cpuidle's sysfs counters are kept per CPU as the kernel keeps them: state0 POLL and state1 halt,
+// `usage` and `time` incremented when an idle period ends (time in ns here; time_us() divides as
+// sysfs does). Optionally every power:cpu_idle (entry with the state, exit with -1),
+// power:guest_halt_poll_ns (on every grow or shrink branch, also when the value stays) and
+// sched:sched_wake_idle_without_ipi (a remote wake-up of a polling CPU) is logged in time order.
+//
+// Costs (des_costs.hpp) are distributions; a workload (des_workload.hpp) is a set of threads, each a
+// small looping program of compute, post, wait and sleep steps, placed on one vCPU. A thread that
+// posts to a channel on which a thread of another vCPU waits wakes that vCPU remotely: if it polls
+// the wake-up skips the IPI and costs `wake_polling`, if it halts it costs `wake_halted`, of which
+// the share `halt_exit_share` passes before the halt residency ends (the rest is the guest's path
+// back to the thread). A thread's own timer wakes its CPU locally (`timer_in_poll` /
+// `timer_in_halt`): a poll ended that way is a "hit" in the counters but skips no IPI.
+//
+// The interface is shaped for the daemon's layers: cumulative per-CPU counters and idle-period
+// histograms (a kernel signal source), set_params / set_cap_ns / reset_limits (an actuator), now()
+// (a clock). Deterministic for a seed; single-threaded; no wall clock, no I/O.
+#pragma once
+
+#include "sim/des_costs.hpp"
+#include "sim/des_workload.hpp"
+
+#include <haltpoll/governor.hpp>
+#include <haltpoll/latency_histogram.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <queue>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace haltpolld::des {
+
+struct GuestConfig {
+  int cpus = 2;
+  Costs costs;
+  haltpoll::HaltpollParams params;  // the module parameters at boot
+  std::uint64_t seed = 1;
+  bool log_events = false;  // keep the tracepoint log (memory grows with the run)
+};
+
+// One CPU's cpuidle sysfs counters (cumulative), plus what the tracepoints count.
+struct CpuCounters {
+  static constexpr int poll = 0;  // state0 "POLL"
+  static constexpr int halt = 1;  // state1 "haltpoll idle"
+  std::uint64_t usage[2] = {0, 0};
+  std::uint64_t time_ns[2] = {0, 0};
+  std::uint64_t wake_idle_without_ipi = 0;  // remote wake-ups of this CPU that skipped the IPI
+  std::uint64_t ipis = 0;                   // remote wake-ups of this CPU while it halted
+  std::uint64_t polls_timed_out = 0;
+  std::uint64_t limit_grow = 0;    // power:guest_halt_poll_ns with grow=1
+  std::uint64_t limit_shrink = 0;  // ... with grow=0
+  // sysfs `time` is the residency in µs, truncated: cpuidle divides its ns sum by 1000.
+  std::uint64_t time_us(int state) const noexcept { return time_ns[state] / 1000; }
+};
+
+// Idle-period histograms of one CPU, cumulative, shaped as the daemon's eBPF reader fills them:
+// a poll that timed out and the halt after it are one period.
+struct CpuHistograms {
+  haltpoll::LatencyHistogram poll_hit;        // POLL residency of polls ended by a wake-up or a local timer
+  haltpoll::LatencyHistogram poll_halt;       // whole period (poll + halt) of polls that timed out
+  haltpoll::LatencyHistogram halt;            // halts without a timed-out poll before them
+  haltpoll::LatencyHistogram halt_residency;  // every halt's residency (the governor's block_ns)
+};
+
+struct TraceEvent {
+  enum class Kind : std::uint8_t { cpu_idle, guest_halt_poll_ns, wake_idle_without_ipi };
+  Ns t = 0;
+  std::uint32_t cpu = 0;
+  Kind kind = Kind::cpu_idle;
+  std::int32_t state = 0;  // cpu_idle: 0 POLL, 1 halt, -1 exit
+  bool grow = false;       // guest_halt_poll_ns
+  std::uint32_t new_ns = 0;
+  std::uint32_t old_ns = 0;
+};
+
+// A workload metric (round trip, lateness, ...): completions and their latency.
+struct MetricStats {
+  std::string name;
+  std::uint64_t count = 0;
+  haltpoll::LatencyHistogram hist;
+};
+
+class Guest {
+ public:
+  // Throws std::invalid_argument when a thread is placed on a CPU the guest lacks or a program
+  // could loop forever without advancing time.
+  Guest(GuestConfig cfg, Workload load);
+  ~Guest();
+  Guest(const Guest&) = delete;
+  Guest& operator=(const Guest&) = delete;
+
+  // Clock: runs every event up to and including virtual time t.
+  void run_until(Ns t);
+  void run_for(Ns d) { run_until(now_ + d); }
+  Ns now() const noexcept { return now_; }
+
+  // Actuator. Like a write to /sys/module/haltpoll/parameters: the per-CPU limits stay until each
+  // CPU's next adjustment (after its next halt).
+  void set_params(const haltpoll::HaltpollParams& p);
+  void set_cap_ns(std::uint32_t cap_ns);
+  const haltpoll::HaltpollParams& params() const noexcept { return params_; }
+  // A cpuidle governor round trip: every CPU's limit back to 0 (polls in progress run out).
+  void reset_limits();
+
+  // Kernel signals.
+  int cpus() const noexcept { return static_cast<int>(cpus_.size()); }
+  const CpuCounters& counters(int cpu) const;
+  std::uint32_t poll_limit_ns(int cpu) const;
+  const CpuHistograms& histograms(int cpu) const;
+  const std::vector<TraceEvent>& events() const noexcept { return log_; }
+  void clear_events() { log_.clear(); }
+
+  // The workload's results.
+  const MetricStats& metric(std::string_view name) const;
+  const std::vector<std::unique_ptr<MetricStats>>& metrics() const noexcept { return metrics_; }
+  std::uint64_t events_processed() const noexcept { return processed_; }
+
+ private:
+  struct Cpu;
+  struct Thread;
+  struct Event {
+    Ns t;
+    std::uint64_t seq;
+    std::uint32_t a;
+    std::uint32_t gen;
+    std::uint8_t kind;
+    bool operator>(const Event& o) const noexcept { return t != o.t ? t > o.t : seq > o.seq; }
+  };
+  enum Kind : std::uint8_t { step_done, poll_timeout, halt_end, resume, timer, housekeeping };
+
+  void push(Ns t, Kind k, std::uint32_t a, std::uint32_t gen = 0);
+  void dispatch(const Event& e);
+  void run_thread(int cpu, int th);
+  void switch_out(int cpu);
+  void enter_idle(int cpu);
+  void arm_timeout(int cpu);
+  void end_poll(int cpu, bool timed_out);
+  void end_halt(int cpu);
+  void wake(int th, bool remote);
+  void wake_idle_cpu(int cpu, int th, bool remote);
+  void post(int ch, int from_cpu);
+  void log(Ns t, int cpu, TraceEvent::Kind k, std::int32_t state, bool grow = false, std::uint32_t n = 0,
+           std::uint32_t o = 0);
+  Ns steal(Ns d);
+
+  GuestConfig cfg_;
+  Workload load_;
+  haltpoll::HaltpollParams params_;
+  Rng rng_;
+  Ns now_ = 0;
+  std::uint64_t seq_ = 0;
+  std::uint64_t processed_ = 0;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> q_;
+  std::vector<std::unique_ptr<Cpu>> cpus_;
+  std::vector<Thread> threads_;
+  std::vector<std::int64_t> tokens_;       // per channel
+  std::vector<std::vector<int>> waiters_;  // per channel, FIFO of thread ids
+  std::vector<std::unique_ptr<MetricStats>> metrics_;
+  std::vector<TraceEvent> log_;
+};
+
+}  // namespace haltpolld::des

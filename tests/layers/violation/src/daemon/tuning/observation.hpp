@@ -1,0 +1,2 @@
+#pragma once
+#include "signals/kernel_signals.hpp"

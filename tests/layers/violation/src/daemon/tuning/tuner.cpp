@@ -1,0 +1,3 @@
+#include "tuning/observation.hpp"
+
+#include <fstream>
