@@ -28,12 +28,16 @@ done
 # prometheus (with promtool), prometheus-node-exporter, python3 and curl run the fleet tests
 # (tests/fleet, label "fleet"); mmdebstrap builds the Debian tree in which tests/systemd boots a
 # real systemd (from the host's apt sources, cached).
+# debhelper, dpkg-dev, fakeroot and lintian build and check the Debian packages (scripts/package.sh,
+# tests/package); golang-go with golang-github-varlink-go-dev builds the reference varlink client of
+# tests/varlink (offline, from /usr/share/gocode).
 # python3-fusepy and fuse3 serve the FUSE fake sysfs of the fault-injection campaigns (tests/faults,
 # label "faults": the real daemon against a tree that slows and refuses its writes; needs root).
 pkgs=(cmake make g++ pkg-config libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
       catch2 libsystemd-dev liburcu-dev systemd util-linux procps spin xz-utils
       clang libbpf-dev bpftool libelf-dev zlib1g-dev linux-perf
-      prometheus prometheus-node-exporter python3 curl mmdebstrap python3-fusepy fuse3)
+      prometheus prometheus-node-exporter python3 curl mmdebstrap python3-fusepy fuse3
+      debhelper dpkg-dev fakeroot lintian golang-go golang-github-varlink-go-dev)
 if [ "$want_arm64" = 1 ]; then
   # Multiarch: the arm64 builds of the compiled libraries come from Debian's own :arm64 packages,
   # so no x86 library can end up in an arm64 link. Header-only packages (Boost, nlohmann-json,

@@ -109,12 +109,15 @@ std::optional<Call> parse_call(std::string_view text, std::string& why) {
       }
       c.method = it->get<std::string>();
     } else if (k == "parameters") {
+      // null is what the reference implementations send for "no parameters" (Go's GetInfo).
+      if (it->is_null()) continue;
       if (!it->is_object()) {
-        why = "\"parameters\" must be an object";
-        return std::nullopt;
+        c.invalid_parameter = "parameters";
+        continue;
       }
       c.parameters = std::move(*it);
     } else if (k == "more" || k == "oneway" || k == "upgrade") {
+      if (it->is_null()) continue;  // absent, as false
       if (!it->is_boolean()) {
         why = "\"" + k + "\" must be a boolean";
         return std::nullopt;
@@ -265,6 +268,7 @@ std::optional<std::string> Registry::interface_description(const std::string& in
 
 Reply Registry::dispatch(const Call& call, const Peer& peer) const {
   const Method* m = find(call.method);
+  if (m && !call.invalid_parameter.empty()) return invalid_parameter(call.invalid_parameter, "must be an object");
   if (!m) {
     auto iface = std::string(split_method(call.method).first);
     bool known = false;

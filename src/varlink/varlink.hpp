@@ -54,6 +54,9 @@ struct Call {
   bool oneway = false;
   // Set by the server for a streaming method: 0 for the call itself, n for its n-th repetition.
   std::uint64_t stream_index = 0;
+  // A well-formed call whose "parameters" is neither an object nor null: dispatch() answers
+  // org.varlink.service.InvalidParameter naming it, and the connection stays open.
+  std::string invalid_parameter{};
 };
 
 // Decodes one message. On failure returns nullopt and sets `why`; the server then sends an error

@@ -10,9 +10,13 @@
 # The haltpoll parameters are a fake tree on a tmpfs mounted over /sys/module and the cpuidle
 # directory inside the namespace, exactly where ReadWritePaths= points; HALTPOLL_REAL_SYSFS=1 uses
 # the real ones (under the shared lock, restored on exit).
-# Usage: unit_in_systemd_test.sh UNIT HALTPOLLD_BIN HALTPOLLCTL_BIN
+# With --package DEBDIR it checks the Debian packages instead (package_checks.sh): installed with
+# dpkg under the running systemd, enabled and started by their maintainer scripts, upgraded, purged.
+# Usage: unit_in_systemd_test.sh [--package DEBDIR] UNIT HALTPOLLD_BIN HALTPOLLCTL_BIN
 # Exit 77 (skipped) only where the kernel or the sandbox refuses namespaces, or without root.
 set -euo pipefail
+deb_dir=""
+if [ "${1:-}" = --package ]; then deb_dir="$(realpath "$2")"; shift 2; fi
 unit="$1"; daemon_bin="$2"; ctl_bin="$3"
 skip() { echo "skipped: $*"; exit 77; }
 fail() { echo "FAILED: $*" >&2; dump_journal; exit 1; }
@@ -65,20 +69,32 @@ trap cleanup EXIT
 mkdir -p "$root"
 tar -C "$root" -xf "$tarball"
 
-# --- install the daemon, unit and config into the tree ---
-install -m 0755 "$daemon_bin" "$root/usr/sbin/haltpolld"
-install -m 0755 "$ctl_bin" "$root/usr/bin/haltpollctl"
-# The unit is the template of `cmake --install --prefix /usr` (sbin /usr/sbin, bin /usr/bin, config /etc).
-sed -e 's#@HALTPOLLD_SBINDIR@#/usr/sbin#' -e 's#@HALTPOLLD_BINDIR@#/usr/bin#' \
-    -e 's#@HALTPOLLD_CONFIG_FILE@#/etc/haltpolld/haltpolld.json#' "$unit" >"$root/etc/systemd/system/haltpolld.service"
-chmod 0644 "$root/etc/systemd/system/haltpolld.service"
-mkdir -p "$root/etc/systemd/system/haltpolld.service.d" "$root/etc/haltpolld" "$root/var/lib/prometheus/node-exporter"
+# --- install the daemon, unit and config into the tree (the packages: after boot, with dpkg) ---
+mkdir -p "$root/etc/systemd/system/haltpolld.service.d"
+if [ -n "$deb_dir" ]; then
+  mkdir -p "$root/var/tmp/debs"
+  cp "$deb_dir"/haltpolld_*.deb "$deb_dir"/libhaltpoll0*_*.deb "$root/var/tmp/debs/"
+else
+  install -m 0755 "$daemon_bin" "$root/usr/sbin/haltpolld"
+  install -m 0755 "$ctl_bin" "$root/usr/bin/haltpollctl"
+  # The unit is the template of `cmake --install --prefix /usr` (sbin /usr/sbin, bin /usr/bin, config /etc).
+  sed -e 's#@HALTPOLLD_SBINDIR@#/usr/sbin#' -e 's#@HALTPOLLD_BINDIR@#/usr/bin#' \
+      -e 's#@HALTPOLLD_CONFIG_FILE@#/etc/haltpolld/haltpolld.json#' "$unit" >"$root/etc/systemd/system/haltpolld.service"
+  chmod 0644 "$root/etc/systemd/system/haltpolld.service"
+  mkdir -p "$root/etc/haltpolld"
+fi
+mkdir -p "$root/var/lib/prometheus/node-exporter"
 # A short watchdog so that "alive past 3 x WatchdogSec" takes seconds, not minutes.
+# The unit's ConditionVirtualization=vm is false here (systemd sees a container): the empty
+# assignment drops the unit's conditions, as an operator's drop-in would in a container.
 cat > "$root/etc/systemd/system/haltpolld.service.d/test.conf" <<'CONF'
+[Unit]
+ConditionVirtualization=
 [Service]
 WatchdogSec=2s
 RestartSec=1s
 CONF
+if [ -z "$deb_dir" ]; then
 # The admin-group setup exactly as docs/operations.md documents it.
 cat > "$root/etc/systemd/system/haltpolld.service.d/admin-group.conf" <<'CONF'
 [Service]
@@ -93,6 +109,7 @@ cat > "$root/etc/haltpolld/haltpolld.json" <<'JSON'
   "metrics": {"textfile": "/var/lib/prometheus/node-exporter/haltpolld.prom"}
 }
 JSON
+fi
 chroot "$root" groupadd -r haltpoll-admin
 chroot "$root" useradd -M -N -g users -G haltpoll-admin operator1
 chroot "$root" useradd -M -N -g users reader1
@@ -188,6 +205,19 @@ wait_for() {  # wait_for SECONDS COMMAND...
   return 1
 }
 tuned() { [ "$(param guest_halt_poll_ns)" = 12345 ]; }
+check_reload() {  # check_reload FROM TO: tuner.interval_ms FROM -> TO in the file, systemctl reload applies it
+  ns sed -i "s/\"interval_ms\": $1\b/\"interval_ms\": $2/" /etc/haltpolld/haltpolld.json
+  ns systemctl reload haltpolld || fail "systemctl reload"
+  wait_for 5 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- haltpollctl config get tuner.interval_ms 2>/dev/null | grep -qx $2" ||
+    fail "reload did not apply tuner.interval_ms=$2: $(ns haltpollctl config get tuner.interval_ms 2>&1)"
+  ok "systemctl reload applied tuner.interval_ms=$2"
+}
+
+if [ -n "$deb_dir" ]; then
+  # shellcheck source=../package/package_checks.sh
+  . "$(dirname "$0")/../package/package_checks.sh"
+  exit 0
+fi
 
 # start: active, a STATUS= line, the tuner's value written
 ns systemctl start haltpolld || fail "systemctl start"
@@ -206,11 +236,7 @@ sleep 7
 ok "watchdog: same pid $main_pid after 3.5 x WatchdogSec, no restart"
 
 # reload applies a changed file
-ns sed -i 's/"interval_ms": 200/"interval_ms": 300/' /etc/haltpolld/haltpolld.json
-ns systemctl reload haltpolld || fail "systemctl reload"
-wait_for 5 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- haltpollctl config get tuner.interval_ms 2>/dev/null | grep -q 300" ||
-  fail "reload did not apply tuner.interval_ms=300: $(ns haltpollctl config get tuner.interval_ms 2>&1)"
-ok "reload applied tuner.interval_ms=300"
+check_reload 200 300
 
 # the admin group's socket works (the unit may chown it), and others may not change settings
 [ "$(ns stat -c %G /run/haltpolld/io.haltpolld)" = haltpoll-admin ] || fail "socket group is $(ns stat -c %G /run/haltpolld/io.haltpolld)"

@@ -61,11 +61,37 @@ TEST_CASE("parse_call accepts valid calls and names what is wrong otherwise") {
   CHECK(bad(R"({"method":".GetStats"})"));
   CHECK(bad(R"({"method":"io..x.GetStats"})"));
   CHECK(bad(R"({"method":"io.haltpolld.getStats"})"));
-  CHECK(bad(R"({"method":"io.haltpolld.GetStats","parameters":[]})"));
   CHECK(bad(R"({"method":"io.haltpolld.GetStats","more":"yes"})"));
   CHECK(bad(R"({"method":"io.haltpolld.GetStats","more":true,"oneway":true})"));
   CHECK(bad(R"({"method":"io.haltpolld.GetStats","colour":1})"));
   CHECK(bad(R"({"method":"io.haltpolld.GetStats","upgrade":true})"));
+}
+
+TEST_CASE("parse_call accepts what the reference implementations send") {
+  std::string why;
+  // Go's GetInfo: "parameters": null; explicit false or null flags are as absent.
+  for (const char* text : {R"({"method":"org.varlink.service.GetInfo","parameters":null})",
+                           R"({"method":"org.varlink.service.GetInfo","parameters":{},"more":false,"oneway":false,"upgrade":false})",
+                           R"({"method":"org.varlink.service.GetInfo","more":null,"oneway":null})"}) {
+    auto c = parse_call(text, why);
+    INFO(text << ": " << why);
+    REQUIRE(c);
+    CHECK(c->parameters == json::object());
+    CHECK_FALSE(c->more);
+    CHECK_FALSE(c->oneway);
+    CHECK(c->invalid_parameter.empty());
+  }
+  // A well-formed call with parameters of the wrong type is a call, answered InvalidParameter.
+  Registry reg;
+  auto c = parse_call(R"({"method":"org.varlink.service.GetInterfaceDescription","parameters":[]})", why);
+  REQUIRE(c);
+  auto r = reg.dispatch(*c, Peer{});
+  CHECK(r.error == errors::invalid_parameter);
+  CHECK(r.parameters["parameter"] == "parameters");
+  // ... unless the method does not exist: that is what the caller needs to know first.
+  c = parse_call(R"({"method":"org.varlink.service.Nope","parameters":"x"})", why);
+  REQUIRE(c);
+  CHECK(reg.dispatch(*c, Peer{}).error == errors::method_not_found);
 }
 
 TEST_CASE("replies encode as one JSON object and one NUL") {

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds the Debian packages (haltpolld, libhaltpoll<soname>, libhaltpoll-dev) from a clean copy of the
+# tree's files (tracked, plus new ones not ignored: no build directories, no local clutter) with
+# `dpkg-buildpackage -us -uc -b`, then runs lintian on the result, which must report no error and no
+# warning (overrides, each with its reason, live in debian/*.lintian-overrides).
+# Usage: scripts/package.sh [OUTDIR]   (default: out/deb; the .deb files and the .changes land there)
+# On a fresh Debian 12 machine this one command is enough: it first installs what is missing
+# (scripts/install-deps.sh: debhelper, dpkg-dev, lintian and the Build-Depends; root or sudo then).
+set -euo pipefail
+src="$(cd "$(dirname "$0")/.." && pwd)"
+"$src/scripts/install-deps.sh"
+out="$(realpath -m "${1:-$src/out/deb}")"
+version="$(dpkg-parsechangelog -l "$src/debian/changelog" -S Version)"
+
+# A fixed directory per output directory: ccache (when present) then recognises a rebuild.
+work="$out/build"
+rm -rf "$work"
+mkdir -p "$work/haltpolld-$version"
+(cd "$src" && git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+   [ -e "$f" ] && printf '%s\0' "$f"; done | tar --null -T - -cf -) | tar -C "$work/haltpolld-$version" -xf -
+
+if command -v ccache >/dev/null; then
+  # debhelper points HOME at a scratch directory: name the cache explicitly.
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
+  export CCACHE_DIR="${CCACHE_DIR:-$(ccache -k cache_dir)}" CCACHE_BASEDIR="$work"
+fi
+export DEB_BUILD_OPTIONS="${DEB_BUILD_OPTIONS:-parallel=$(nproc)}"
+t0=$SECONDS
+(cd "$work/haltpolld-$version" && dpkg-buildpackage -us -uc -b)
+echo "package: built in $((SECONDS - t0)) s"
+
+rm -f "$out"/*.deb "$out"/*.changes "$out"/*.buildinfo
+mv "$work"/*.deb "$work"/*.changes "$work"/*.buildinfo "$out"/
+changes="$(ls "$out"/haltpolld_"$version"_*.changes)"
+lintian --fail-on error,warning --display-info --show-overrides "$changes"
+echo "package: lintian clean: $(cd "$out" && ls ./*.deb | tr '\n' ' ')"
+rm -rf "$work"
