@@ -5,7 +5,8 @@
 #   apart, the daemon's fake tree shaped like each (HALTPOLLD_TEST_GUEST=bare|haltpoll|none); the
 #   tests on the real kernel assert what holds for this machine's kind, printed first.
 #   arm64-vm: the arm64 build installed as the shipped unit in an arm64 Debian guest booted under
-#   qemu-system-aarch64 (tests/arm64vm; not a CI leg: about 30 min cold on 2 cores, see the README).
+#   qemu-system-aarch64 (tests/arm64vm; not a CI leg: 3 min with the cached image, about an hour to
+#   build the image the first time, see the README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-dev}"

@@ -52,6 +52,8 @@ WantedBy=multi-user.target
 UNIT
 mkdir -p "$tree/etc/systemd/system/multi-user.target.wants"
 ln -sf /etc/systemd/system/haltpolld-vmcheck.service "$tree/etc/systemd/system/multi-user.target.wants/"
+# Enabled as the package enables it: systemd starts it at boot.
+ln -sf /etc/systemd/system/haltpolld.service "$tree/etc/systemd/system/multi-user.target.wants/"
 echo "haltpolld-arm64" >"$tree/etc/hostname"
 echo "/dev/vda / ext4 defaults 0 1" >"$tree/etc/fstab"
 : >"$tree/etc/machine-id"
