@@ -51,7 +51,11 @@ static __always_inline void hist_add(__u32 cpu, __u32 kind, __u64 ns) {
   __u32 key = cpu * HP_HIST_KINDS + kind;
   struct hp_hist *h = bpf_map_lookup_elem(&hists, &key);
   if (!h) return;
-  __u32 i = hp_hist_index(ns);
+  /* Bounded and used in one 64-bit register: with a __u32 index clang compared one zero-extended
+   * copy and indexed with another, and the verifier of Debian 12's 6.1 kernel (arm64 guest, 2026-12-02)
+   * carried no bound to it: "R2 unbounded memory access". */
+  __u64 i = hp_hist_index(ns);
+  barrier_var(i); /* opaque from here: no second zero-extension after the check */
   if (i >= HP_HIST_BUCKETS) return; /* cannot happen; the verifier wants the bound */
   h->buckets[i]++;
   h->count++;

@@ -29,11 +29,18 @@ st="$(haltpollctl status 2>&1)"; echo "$st" | sed 's/^/VMCHECK:   status | /' >"
 check "status says whether the kernel polls" contains "$st" "polling:  \|kernel:   no haltpoll module"
 check "the library picked an arm64 wait backend" contains "$st" "backend:  arm64"
 check "status names the eBPF program's state (present, or why not)" contains "$st" "eBPF"
+# Debian 12's 6.1 verifier refused the histogram index until the program kept it in one register.
+check "the arm64 kernel's verifier loads the eBPF program" contains "$st" "eBPF present"
 sleep 3
 check "stats" haltpollctl stats
 check "stats --kernel" haltpollctl stats --kernel
 check "decisions" haltpollctl decisions
 haltpollctl stats --kernel 2>&1 | grep -i 'ebpf' | sed 's/^/VMCHECK:   stats | /' >"$con"
+# Where the kernel's verifier refused the eBPF program, its whole log (the reason is its last line).
+if haltpollctl stats --kernel 2>&1 | grep -q "verifier refused"; then
+  HALTPOLL_LIBBPF_DEBUG=1 haltpolld record --seconds 1 --output /tmp/record.txt 2>&1 | tail -n 80 |
+    sed 's/^/VMCHECK:   verifier | /' >"$con"
+fi
 echo "VMCHECK-METRICS-BEGIN" >"$con"; haltpollctl metrics >"$con" 2>&1; echo "VMCHECK-METRICS-END" >"$con"
 check "metrics" haltpollctl metrics
 check "systemctl reload" systemctl reload haltpolld
