@@ -4,9 +4,9 @@
   check_docs.py wording SOURCE_DIR
       The docs, README, NEWS, sources, headers, benchmarks, scripts, man pages, contrib, the
       sample configuration, the unit and the CMake files speak of
-      the software and of dated measurements, not of how the work on it was organised: no
-      "session", no "helper", no tracker references ("issue 13", "the issue", "tracker"), and no
-      file named after such a thing (docs/eval-kernel-...-s6/).
+      the software and of dated measurements, not of how the work on it was organised: none of
+      the words and references PROCESS_WORDS lists, and no file named after a numbered round of
+      work (docs/eval-kernel-...-s6/).
 
   check_docs.py names SOURCE_DIR
       Every relative link of the Markdown files under docs/ and of README.md and NEWS.md, and every

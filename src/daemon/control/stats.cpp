@@ -280,7 +280,7 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
 
   return {{"available", available},
           {"reason", unavailable.empty() ? json(nullptr) : json(unavailable)},
-          {"counters", last.counters == KernelSignals::Counters::tracepoint ? "tracepoint" : "cpuidle"},
+          {"counters", from_trace ? "tracepoint" : "cpuidle"},
           {"cpuidle", k.cpuidle_status},
           {"tick", k.tick},
           {"elapsed_ns", last.elapsed_ns},
