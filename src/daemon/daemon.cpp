@@ -158,16 +158,8 @@ ControllerOptions Daemon::Impl::controller_options(const Config& c) const {
   ControllerOptions o;
   o.kernel_mode = c.mode == Mode::kernel;
   for (unsigned cpu : cpus_) o.cpus.push_back(static_cast<int>(cpu));
-  o.tuner.policy = c.tuner.policy;
-  o.tuner.static_ns = c.pool.haltpoll.guest_halt_poll_ns;
-  o.tuner.target_wake_latency_ns = static_cast<double>(c.tuner.target_wake_latency_ns);
-  o.tuner.max_poll_cpu_percent = c.tuner.max_poll_cpu_percent;
-  o.tuner.min_ns = static_cast<std::uint32_t>(c.tuner.min_ns);
-  o.tuner.max_ns = static_cast<std::uint32_t>(c.tuner.max_ns);
-  o.tuner.min_benefit_ratio = c.tuner.min_benefit_ratio;
-  o.tuner.manage_grow_start = c.tuner.manage_grow_start;
-  o.tuner.reset_limits = c.tuner.reset_limits;
-  o.tuner.steady_trace_every = c.tuner.steady_trace_every;
+  o.tuner = static_cast<const TunerParams&>(c.tuner);      // the configuration holds the tuner's parameters
+  o.tuner.static_ns = c.pool.haltpoll.guest_halt_poll_ns;  // the static policy holds the configured cap
   o.probe_rate_hz = c.probe.rate_hz;
   o.interval_ms = c.tuner.interval_ms;
   return o;
