@@ -1,5 +1,7 @@
 #include "config.hpp"
 
+#include "haltpoll/affinity.hpp"
+
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -7,7 +9,6 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
-#include <set>
 #include <sstream>
 #include <type_traits>
 
@@ -42,30 +43,14 @@ namespace {
 
 // ---- value checks (beyond type and range) ----
 
-constexpr unsigned kMaxCpu = 8191;
 constexpr auto kMaxWindowNs = static_cast<std::uint64_t>(kTunerMaxNs);  // 100 ms: far beyond any useful poll window
 constexpr std::uint64_t kMaxFactor = 1024;
 
-// "0-3,6": comma-separated CPU numbers or ranges a-b with a <= b. Returns the CPUs in order.
+// "0-3,6": the kernel's CPU list format (haltpoll::parse_cpu_list). Returns the CPUs in order.
 std::vector<unsigned> parse_cpu_list(const std::string& s, const std::string& path) {
-  auto bad = [&] {
-    throw ConfigError(path, "expected \"all\" or a CPU list such as \"0-3,6\", got \"" + s + "\"");
-  };
-  std::set<unsigned> cpus;
-  std::istringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (item.empty() || item.find_first_not_of("0123456789-") != std::string::npos) bad();
-    auto dash = item.find('-');
-    std::string a = dash == std::string::npos ? item : item.substr(0, dash);
-    std::string b = dash == std::string::npos ? item : item.substr(dash + 1);
-    if (a.empty() || b.empty() || a.size() > 4 || b.size() > 4 || b.find('-') != std::string::npos) bad();
-    unsigned lo = static_cast<unsigned>(std::stoul(a)), hi = static_cast<unsigned>(std::stoul(b));
-    if (lo > hi || hi > kMaxCpu) bad();
-    for (unsigned c = lo; c <= hi; ++c) cpus.insert(c);
-  }
-  if (cpus.empty() || (!s.empty() && s.back() == ',')) bad();
-  return {cpus.begin(), cpus.end()};
+  const auto cpus = haltpoll::parse_cpu_list(s);
+  if (!cpus) throw ConfigError(path, "expected \"all\" or a CPU list such as \"0-3,6\", got \"" + s + "\"");
+  return {cpus->begin(), cpus->end()};
 }
 
 void check_cpus(const std::string& v, const std::string& path) {

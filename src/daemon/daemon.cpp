@@ -15,6 +15,7 @@
 
 #include "haltpoll/affinity.hpp"
 #include "haltpoll/barrier.hpp"
+#include "haltpoll/clock.hpp"
 #include "haltpoll/version.hpp"
 #include "haltpoll/worker_pool.hpp"
 
@@ -47,11 +48,8 @@ std::vector<unsigned> affinity_cpus() {
   return cpus;
 }
 
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
+// The stats' timestamp is the kernel's CLOCK_MONOTONIC, which a client compares with its own.
+constexpr auto& monotonic_ns = haltpoll::clock_monotonic_ns;
 
 // Wake-latency buckets of the exposition: 1-2-5 steps from 100 ns to 100 ms. Fixed bounds keep the
 // Prometheus series stable; the pool's own histogram is much finer.
@@ -79,7 +77,7 @@ struct Daemon::Impl final : ControlBackend {
         registry_(varlink::ServiceInfo{"haltpolld", "haltpolld", HALTPOLL_VERSION_STRING,
                                        "https://github.com/haltpolld/haltpolld"}) {}
 
-  int run();
+  ExitCode run();
 
   // ControlBackend
   json status() override;
@@ -435,7 +433,7 @@ bool Daemon::Impl::take_locks() {
   return true;
 }
 
-int Daemon::Impl::run() {
+ExitCode Daemon::Impl::run() {
   // Before the first log line: a client that hangs up, or a reader of stderr that went away (a
   // pipe to a logger), must not end the daemon without a restore.
   ::signal(SIGPIPE, SIG_IGN);
@@ -514,6 +512,6 @@ Daemon::Daemon(Config config, std::string config_file, json overrides)
 
 Daemon::~Daemon() = default;
 
-int Daemon::run() { return impl_->run(); }
+ExitCode Daemon::run() { return impl_->run(); }
 
 }  // namespace haltpolld
