@@ -11,7 +11,6 @@
 #include "control/stats.hpp"
 #include "tuning/decision.hpp"
 
-
 namespace haltpolld {
 
 class FleetMetrics {

@@ -1,7 +1,7 @@
-// GetStatus' object, GetStats' snapshot (docs/protocol.md) and the status line as pure functions of a DaemonSnapshot
-// (control/daemon_snapshot.hpp) and of what the shell counts and owns (ShellFacts): no sysfs, no
-// Controller, no clock here, so that what a client reads is decided in one place and the effective
-// mode only by effective_mode().
+// GetStatus' object, GetStats' snapshot (docs/protocol.md) and the status line as functions of a
+// DaemonSnapshot (control/daemon_snapshot.hpp), of what the shell counts (ShellFacts) and of the
+// worker pool's own counters: no sysfs, no Controller, no clock here, so that what a client reads
+// is decided in one place and the effective mode only by effective_mode().
 #pragma once
 
 #include "config.hpp"
