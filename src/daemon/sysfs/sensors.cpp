@@ -192,6 +192,8 @@ Observation Sensors::sample(std::uint64_t now_ns) {
     auto now = read_cpuidle(cpus_[i]);
     if (now) {
       any_idle = true;
+      obs.cpuidle_totals.push_back({static_cast<unsigned>(cpus_[i]), now->poll_usage, now->poll_time_us, now->halt_usage,
+                                    now->halt_time_us});
       if (names.empty()) {
         for (const auto& n : now->state_names) names += (names.empty() ? "" : ",") + n;
       }
@@ -278,6 +280,7 @@ Observation Sensors::sample(std::uint64_t now_ns) {
   }
 
   auto stat = read_proc_stat();
+  if (stat) obs.steal_ticks_total = stat->steal;
   if (primed_ && stat && last_stat_) {
     const std::uint64_t total = delta(stat->total, last_stat_->total);
     if (total > 0)
