@@ -3,13 +3,23 @@
 # tree's files (tracked, plus new ones not ignored: no build directories, no local clutter) with
 # `dpkg-buildpackage -us -uc -b`, then runs lintian on the result, which must report no error and no
 # warning (overrides, each with its reason, live in debian/*.lintian-overrides).
-# Usage: scripts/package.sh [OUTDIR]   (default: out/deb; the .deb files and the .changes land there)
+# Usage: scripts/package.sh [--arch arm64] [OUTDIR]   (default: out/deb, or out/deb-arm64 for --arch;
+#   the .deb files and the .changes land there). --arch cross-builds for that Debian architecture
+#   (dpkg-buildpackage -a, the build profiles cross and nocheck) with the cross toolchain and the
+#   :arm64 libraries of `scripts/install-deps.sh --arm64-vm`.
 # On a fresh Debian 12 machine this one command is enough: it first installs what is missing
 # (scripts/install-deps.sh: debhelper, dpkg-dev, lintian and the Build-Depends; root or sudo then).
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
-"$src/scripts/install-deps.sh"
-out="$(realpath -m "${1:-$src/out/deb}")"
+arch=""
+if [ "${1:-}" = --arch ]; then
+  arch="${2:?usage: $0 [--arch ARCH] [OUTDIR]}"; shift 2
+  [ "$arch" = arm64 ] || { echo "package.sh: only --arch arm64 is set up (the toolchain and :arm64 libraries)" >&2; exit 2; }
+  "$src/scripts/install-deps.sh" --arm64-vm
+else
+  "$src/scripts/install-deps.sh"
+fi
+out="$(realpath -m "${1:-$src/out/deb${arch:+-$arch}}")"
 version="$(dpkg-parsechangelog -l "$src/debian/changelog" -S Version)"
 
 # A fixed directory per output directory: ccache (when present) then recognises a rebuild.
@@ -26,7 +36,12 @@ if command -v ccache >/dev/null; then
 fi
 export DEB_BUILD_OPTIONS="${DEB_BUILD_OPTIONS:-parallel=$(nproc)}"
 t0=$SECONDS
-(cd "$work/haltpolld-$version" && dpkg-buildpackage -us -uc -b)
+if [ -n "$arch" ]; then
+  export DEB_BUILD_OPTIONS="$DEB_BUILD_OPTIONS nocheck"
+  (cd "$work/haltpolld-$version" && dpkg-buildpackage -us -uc -b -a"$arch" -Pcross,nocheck)
+else
+  (cd "$work/haltpolld-$version" && dpkg-buildpackage -us -uc -b)
+fi
 echo "package: built in $((SECONDS - t0)) s"
 
 rm -f "$out"/*.deb "$out"/*.changes "$out"/*.buildinfo

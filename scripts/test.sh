@@ -4,9 +4,10 @@
 #   guest-kinds: the dev build's bpf, sysfs and daemon tests once per kind of guest the daemon tells
 #   apart, the daemon's fake tree shaped like each (HALTPOLLD_TEST_GUEST=bare|haltpoll|none); the
 #   tests on the real kernel assert what holds for this machine's kind, printed first.
-#   arm64-vm: the arm64 build installed as the shipped unit in an arm64 Debian guest booted under
-#   qemu-system-aarch64 (tests/arm64vm; not a CI leg: 3 min with the cached image, about an hour to
-#   build the image the first time, see the README).
+#   arm64-vm: the arm64 packages (scripts/package.sh --arch arm64) installed by dpkg in an arm64
+#   Debian guest booted under qemu-system-aarch64, with the library's tests (tests/arm64vm; not a
+#   CI leg: minutes with the cached image and packages, about an hour to build the image the first
+#   time, see the README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-dev}"
@@ -29,9 +30,11 @@ if [[ "$preset" == guest-kinds ]]; then
 fi
 if [[ "$preset" == arm64-vm ]]; then
   cmake --preset aarch64-vm >/dev/null
-  cmake --build --preset aarch64-vm -j "$jobs" --target haltpolld haltpollctl test_barrier test_parker \
+  cmake --build --preset aarch64-vm -j "$jobs" --target test_barrier test_parker \
     test_parking_queue test_governor test_worker_pool test_hazard test_snapshot test_latency_histogram test_version
-  exec tests/arm64vm/arm64_vm_test.sh build/aarch64-vm
+  # The daemon and the client as operators get them: the arm64 packages, installed by dpkg in the guest.
+  scripts/package.sh --arch arm64 out/deb-arm64
+  exec tests/arm64vm/arm64_vm_test.sh build/aarch64-vm out/deb-arm64
 fi
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$jobs"

@@ -3,17 +3,22 @@
 # Debian's arm64 kernel and systemd as PID 1, installs the arm64 build of haltpolld as the shipped
 # unit, lets tests/arm64vm/vmcheck.sh check it from inside, and reads the verdict off the console.
 # The root file system is built once from Debian's packages and cached (tests/arm64vm/image.sh).
-# Usage: arm64_vm_test.sh [BUILD_DIR]   (default build/aarch64-vm; `cmake --build --preset aarch64-vm`)
+# Usage: arm64_vm_test.sh [BUILD_DIR] [DEB_DIR]
+#   BUILD_DIR  the arm64 build (default build/aarch64-vm; `cmake --build --preset aarch64-vm`): the
+#              library's test binaries, and the daemon and client when there is no DEB_DIR
+#   DEB_DIR    the arm64 packages (`scripts/package.sh --arch arm64`, out/deb-arm64): the guest
+#              installs them with dpkg on its first boot, whose postinst enables and starts the unit
 # Env: HALTPOLL_ARM64VM_TIMEOUT (s, default 1500), HALTPOLL_ARM64VM_LOG (where the console log is
 # kept on failure, default build/arm64vm-console.log).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build="${1:-build/aarch64-vm}"
+debs="${2:-}"
 timeout_s="${HALTPOLL_ARM64VM_TIMEOUT:-1500}"
 keep_log="${HALTPOLL_ARM64VM_LOG:-build/arm64vm-console.log}"
 t_start=$SECONDS
 daemon_bin="$build/src/daemon/haltpolld"; ctl_bin="$build/src/ctl/haltpollctl"
-for f in "$daemon_bin" "$ctl_bin"; do
+for f in $([ -n "$debs" ] || echo "$daemon_bin $ctl_bin"); do
   [ -x "$f" ] || { echo "FAILED: $f missing: cmake --preset aarch64-vm && cmake --build --preset aarch64-vm" >&2; exit 1; }
   file -b "$f" | grep -q 'ARM aarch64' || { echo "FAILED: $f is not an arm64 binary" >&2; exit 1; }
 done
@@ -28,14 +33,27 @@ kernel="$(ls "$tree"/boot/vmlinuz-* | sort -V | tail -1)"
 initrd="$(ls "$tree"/boot/initrd.img-* | sort -V | tail -1)"
 cp "$kernel" "$work/vmlinuz"; cp "$initrd" "$work/initrd"
 
+mkdir -p "$tree/etc/haltpolld" "$tree/opt/haltpolld-tests"
+if [ -n "$debs" ]; then
+  # The packages, installed by dpkg inside the guest (tests/arm64vm/vmcheck.sh).
+  mkdir -p "$tree/opt/haltpolld-debs"
+  for p in haltpolld libhaltpoll0.1; do
+    f="$(ls "$debs"/${p}_*_arm64.deb 2>/dev/null | sort -V | tail -1)"
+    [ -n "$f" ] || { echo "FAILED: no ${p}_*_arm64.deb in $debs: scripts/package.sh --arch arm64" >&2; exit 1; }
+    cp "$f" "$tree/opt/haltpolld-debs/"
+  done
+else
 # The daemon, the client, the shipped unit (as `cmake --install --prefix /usr` makes it) and config.
 install -m 0755 "$daemon_bin" "$tree/usr/sbin/haltpolld"
 install -m 0755 "$ctl_bin" "$tree/usr/bin/haltpollctl"
 sed -e 's#@HALTPOLLD_SBINDIR@#/usr/sbin#' -e 's#@HALTPOLLD_BINDIR@#/usr/bin#' \
     -e 's#@HALTPOLLD_CONFIG_FILE@#/etc/haltpolld/haltpolld.json#' systemd/haltpolld.service.in \
     >"$tree/etc/systemd/system/haltpolld.service"
-mkdir -p "$tree/etc/haltpolld" "$tree/opt/haltpolld-tests"
 install -m 0644 config/haltpolld.json "$tree/etc/haltpolld/haltpolld.json"
+# Enabled as the package enables it: systemd starts it at boot.
+mkdir -p "$tree/etc/systemd/system/multi-user.target.wants"
+ln -sf /etc/systemd/system/haltpolld.service "$tree/etc/systemd/system/multi-user.target.wants/"
+fi
 # The library's tests (the `unit` label), run on the guest's kernel.
 for t in $(find "$build/tests/lib" -maxdepth 1 -type f -name 'test_*' -perm -u+x); do install -m 0755 "$t" "$tree/opt/haltpolld-tests/"; done
 install -m 0755 tests/arm64vm/vmcheck.sh "$tree/usr/local/sbin/haltpolld-vmcheck"
@@ -52,8 +70,6 @@ WantedBy=multi-user.target
 UNIT
 mkdir -p "$tree/etc/systemd/system/multi-user.target.wants"
 ln -sf /etc/systemd/system/haltpolld-vmcheck.service "$tree/etc/systemd/system/multi-user.target.wants/"
-# Enabled as the package enables it: systemd starts it at boot.
-ln -sf /etc/systemd/system/haltpolld.service "$tree/etc/systemd/system/multi-user.target.wants/"
 echo "haltpolld-arm64" >"$tree/etc/hostname"
 echo "/dev/vda / ext4 defaults 0 1" >"$tree/etc/fstab"
 : >"$tree/etc/machine-id"

@@ -23,7 +23,15 @@ log "kernel $(uname -r) $(uname -m); CPU features: $(grep -m1 Features /proc/cpu
 log "cpuidle driver: $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo 'no cpuidle directory')"
 
 # --- phase 1: the real arm64 kernel ---
-check "systemd started haltpolld.service at boot and it answers on /run/haltpolld" wait_active
+if [ -d /opt/haltpolld-debs ]; then
+  # The operator's path: dpkg installs the packages; dh_installsystemd's postinst enables and starts the unit.
+  check "dpkg installs the arm64 packages" dpkg -i /opt/haltpolld-debs/*.deb
+  dpkg -l haltpolld libhaltpoll0.1 2>&1 | grep '^ii' | sed 's/^/VMCHECK:   dpkg | /' >"$con"
+  check "the package enabled haltpolld.service" systemctl is-enabled haltpolld
+  check "the package started haltpolld.service and it answers on /run/haltpolld" wait_active
+else
+  check "systemd started haltpolld.service at boot and it answers on /run/haltpolld" wait_active
+fi
 systemctl status --no-pager haltpolld 2>&1 | sed 's/^/VMCHECK:   systemctl | /' >"$con"
 st="$(haltpollctl status 2>&1)"; echo "$st" | sed 's/^/VMCHECK:   status | /' >"$con"
 check "status says whether the kernel polls" contains "$st" "polling:  \|kernel:   no haltpoll module"
@@ -79,10 +87,18 @@ check "the found value is back after SIGTERM" sh -c "[ \"\$(cat $p/guest_halt_po
 check "the found governor is back" sh -c "[ \"\$(cat /sys/devices/system/cpu/cpuidle/current_governor)\" = haltpoll ]"
 
 # --- the library's tests on the guest kernel (the real event stream and CNTFRQ) ---
+check "the kernel runs the event stream (HWCAP_EVTSTRM)" sh -c "grep -m1 Features /proc/cpuinfo | grep -qw evtstrm"
 for t in /opt/haltpolld-tests/test_*; do
   [ -x "$t" ] || continue
   check "$(basename "$t") on the arm64 kernel" "$t"
+  # The barrier's WFE case prints CNTFRQ, the period derived from it and the overshoot it measured.
+  grep -a 'CNTFRQ\|WFE waits' /tmp/vmcheck.out | sed 's/^ */VMCHECK:   barrier | /' >"$con"
 done
+# The rate the kernel's timer runs at (its boot line) is the CNTFRQ the library derived its period from.
+khz="$(dmesg 2>/dev/null | sed -n 's/.*arch_timer: cp15 timer(s) running at \([0-9.]*\)MHz.*/\1/p' | head -1)"
+lhz="$(/opt/haltpolld-tests/test_barrier '*event stream*' 2>&1 | sed -n 's/.*CNTFRQ \([0-9]*\) Hz.*/\1/p' | head -1)"
+log "kernel timer rate ${khz:-?} MHz, CNTFRQ read by the library ${lhz:-?} Hz"
+check "the library's CNTFRQ is the kernel's timer rate" sh -c "[ -n \"$khz\" ] && [ -n \"$lhz\" ] && awk -v k=\"$khz\" -v l=\"$lhz\" 'BEGIN { d = k * 1000000 - l; exit !(d < 10000 && d > -10000) }'"
 
 if [ "$fails" = 0 ]; then log "RESULT PASS"; else log "RESULT FAIL ($fails failed)"; fi
 systemctl poweroff --no-block
