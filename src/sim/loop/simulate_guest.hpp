@@ -25,6 +25,7 @@ struct GuestSimulateOptions {
   double seconds = 30;               // virtual time, the daemon's search included
   std::uint64_t seed = 1;
   bool json = false;
+  bool decisions = false;  // also print every change of the cap with the tuner's reason
 };
 
 // Exit codes: 0 ok, 2 usage (a bad setting or --cpus), 3 the load (unreadable, malformed).
