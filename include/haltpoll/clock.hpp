@@ -22,6 +22,12 @@ namespace haltpoll {
 // Nanoseconds, always > 0.
 std::int64_t monotonic_ns() noexcept;
 
+// clock_gettime(CLOCK_MONOTONIC) itself, in ns: the kernel's clock, for a time compared with one
+// the kernel or another process took (eBPF timestamps, systemd's MONOTONIC_USEC, a client's own
+// reading). monotonic_ns() is the cheaper clock for intervals this process measures; its counter
+// is anchored to this clock only once. The one place the library and the daemon read it.
+std::int64_t clock_monotonic_ns() noexcept;
+
 struct MonotonicClock {
   std::int64_t operator()() const noexcept { return monotonic_ns(); }
 };

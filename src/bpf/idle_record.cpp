@@ -2,6 +2,8 @@
 
 #include "idle_trace.hpp"
 
+#include <haltpoll/clock.hpp>
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -40,12 +42,6 @@ class StopSignals {
  private:
   struct sigaction old_int_ {}, old_term_ {};
 };
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 template <class T>
 bool parse_uint(std::string_view s, T& out) {
@@ -209,12 +205,12 @@ int run_record(const RecordOptions& o, std::ostream& err) {
     }
   };
 
-  const std::uint64_t t0 = monotonic_ns();
+  const auto t0 = static_cast<std::uint64_t>(haltpoll::clock_monotonic_ns());
   const auto duration_ns = static_cast<std::uint64_t>(o.seconds * 1e9);
   {
     StopSignals signals;
     for (;;) {
-      const std::uint64_t now = monotonic_ns();
+      const auto now = static_cast<std::uint64_t>(haltpoll::clock_monotonic_ns());
       if (now - t0 >= duration_ns || stop_requested) break;
       // 20 ms between drains: at 200k periods/s that is 128 KiB of the ring, far below its size.
       const std::uint64_t nap = std::min<std::uint64_t>(20'000'000, duration_ns - (now - t0));
@@ -223,7 +219,7 @@ int run_record(const RecordOptions& o, std::ostream& err) {
       if (trace->consume(sink) < 0) break;
     }
   }
-  const double elapsed = static_cast<double>(monotonic_ns() - t0) / 1e9;
+  const double elapsed = static_cast<double>(static_cast<std::uint64_t>(haltpoll::clock_monotonic_ns()) - t0) / 1e9;
   trace->consume(sink);  // what ended since the last drain; later periods are not part of the run
   trace.reset();
   std::fprintf(out, "# end: %.3f s, %llu periods, %llu limit events%s\n", elapsed,

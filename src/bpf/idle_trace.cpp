@@ -5,7 +5,11 @@
 // to the memory cgroup, so that hint only misleads when the real cause is a missing capability.
 #include "idle_trace.hpp"
 
+#include "cpuidle_totals.hpp"
+
 #include "idle_trace_abi.h"
+
+#include <haltpoll/clock.hpp>
 
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
@@ -28,7 +32,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <mutex>
 #include <string_view>
@@ -170,18 +173,10 @@ bool tracefs_may_have(const Tracepoint& tp) {
 
 std::optional<unsigned> find_poll_state(const std::string& sysfs_root, std::string& driver) {
   driver = read_line(sysfs_root + "/devices/system/cpu/cpuidle/current_driver");
-  for (unsigned i = 0; i < 16; ++i) {
-    const std::string dir = sysfs_root + "/devices/system/cpu/cpu0/cpuidle/state" + std::to_string(i);
-    if (!exists(dir)) break;
-    if (read_line(dir + "/name") == "POLL") return i;
-  }
+  const auto states = read_cpuidle_states(sysfs_root, 0);
+  for (unsigned i = 0; i < states.size(); ++i)
+    if (states[i].name == "POLL") return i;
   return std::nullopt;
-}
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 }  // namespace
@@ -375,7 +370,7 @@ std::unique_ptr<IdleTrace> IdleTrace::open(const IdleTraceOptions& options, std:
 IdleTraceSnapshot IdleTrace::read() const {
   IdleTraceSnapshot s;
   s.cpus.resize(impl_->ncpu);
-  s.taken_ns = monotonic_ns();
+  s.taken_ns = static_cast<std::uint64_t>(haltpoll::clock_monotonic_ns());  // bpf_ktime_get_ns's clock
   const hp_cpu* cpus = impl_->skel->bss->cpus;
   const __u64* ipi = impl_->skel->bss->ipi_skipped;
   for (unsigned cpu = 0; cpu < impl_->ncpu; ++cpu) {

@@ -27,8 +27,9 @@ using haltpollctl::Screen;
 using nlohmann::json;
 using namespace haltpollctl;
 
-// Exit codes, documented in haltpollctl(1).
-enum ExitCode : int { ok = 0, failure = 1, usage_error = 2, not_running = 3, permission_denied = 4 };
+// Exit codes, documented in haltpollctl(1) and docs/operations.md; the process's status only at
+// main's return.
+enum class ExitCode : int { ok = 0, failure = 1, usage_error = 2, not_running = 3, permission_denied = 4 };
 
 void print_json(const json& j) { std::cout << j.dump(2) << '\n'; }
 
@@ -76,9 +77,7 @@ void print_remote_error(const ClientError& e) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+ExitCode run(int argc, char** argv) {
   CLI::App app{"haltpollctl: query and tune haltpolld over its control socket"};
   app.set_version_flag("-V,--version", std::string("haltpollctl ") + HALTPOLL_VERSION_STRING);
   std::string socket_path = "/run/haltpolld/io.haltpolld";
@@ -256,3 +255,7 @@ int main(int argc, char** argv) {
   }
   return ExitCode::ok;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return static_cast<int>(run(argc, argv)); }

@@ -1,5 +1,7 @@
 #include "config.hpp"
 
+#include "haltpoll/affinity.hpp"
+
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -7,7 +9,6 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
-#include <set>
 #include <sstream>
 #include <type_traits>
 
@@ -42,30 +43,14 @@ namespace {
 
 // ---- value checks (beyond type and range) ----
 
-constexpr unsigned kMaxCpu = 8191;
-constexpr std::uint64_t kMaxWindowNs = 100'000'000;  // 100 ms: far beyond any useful poll window
+constexpr auto kMaxWindowNs = static_cast<std::uint64_t>(kTunerMaxNs);  // 100 ms: far beyond any useful poll window
 constexpr std::uint64_t kMaxFactor = 1024;
 
-// "0-3,6": comma-separated CPU numbers or ranges a-b with a <= b. Returns the CPUs in order.
+// "0-3,6": the kernel's CPU list format (haltpoll::parse_cpu_list). Returns the CPUs in order.
 std::vector<unsigned> parse_cpu_list(const std::string& s, const std::string& path) {
-  auto bad = [&] {
-    throw ConfigError(path, "expected \"all\" or a CPU list such as \"0-3,6\", got \"" + s + "\"");
-  };
-  std::set<unsigned> cpus;
-  std::istringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (item.empty() || item.find_first_not_of("0123456789-") != std::string::npos) bad();
-    auto dash = item.find('-');
-    std::string a = dash == std::string::npos ? item : item.substr(0, dash);
-    std::string b = dash == std::string::npos ? item : item.substr(dash + 1);
-    if (a.empty() || b.empty() || a.size() > 4 || b.size() > 4 || b.find('-') != std::string::npos) bad();
-    unsigned lo = static_cast<unsigned>(std::stoul(a)), hi = static_cast<unsigned>(std::stoul(b));
-    if (lo > hi || hi > kMaxCpu) bad();
-    for (unsigned c = lo; c <= hi; ++c) cpus.insert(c);
-  }
-  if (cpus.empty() || (!s.empty() && s.back() == ',')) bad();
-  return {cpus.begin(), cpus.end()};
+  const auto cpus = haltpoll::parse_cpu_list(s);
+  if (!cpus) throw ConfigError(path, "expected \"all\" or a CPU list such as \"0-3,6\", got \"" + s + "\"");
+  return {cpus->begin(), cpus->end()};
 }
 
 void check_cpus(const std::string& v, const std::string& path) {
@@ -109,9 +94,7 @@ struct Enum {  // a string naming one value of an enum
 struct Integer {  // an unsigned integer in [lo, hi]
   std::uint64_t lo, hi;
 };
-struct Number {  // a number in [lo, hi]
-  double lo, hi;
-};
+using Number = TunerBounds;  // a number in [lo, hi] (or an open end)
 struct Flag {};       // true or false
 struct FileMode {};   // an octal permission string such as "0660" (at most 0777)
 
@@ -132,6 +115,34 @@ const Enum<Policy>& tuner_policy_names() {
     return r;
   }();
   return e;
+}
+
+// An integer bound of the tuner's table, which holds them as doubles.
+std::uint64_t integer_bound(double x) {
+  return x >= 1.8e19 ? std::numeric_limits<std::uint64_t>::max() : static_cast<std::uint64_t>(x);
+}
+
+// "an integer in [1, 3600]", "a number in (0, 100)": the words of every range error.
+template <class T>
+std::string expected_in(const TunerBounds& b) {
+  const char open = b.lo_open ? '(' : '[', close = b.hi_open ? ')' : ']';
+  if constexpr (std::is_integral_v<T>)
+    return fmt::format("an integer in {}{}, {}{}", open, integer_bound(b.lo), integer_bound(b.hi), close);
+  else
+    return fmt::format("a number in {}{}, {}{}", open, b.lo, b.hi, close);
+}
+
+// The schema's kind of a tuner parameter of type T.
+template <class T>
+auto tuner_kind(const TunerBounds& b) {
+  if constexpr (std::is_same_v<T, bool>)
+    return Flag{};
+  else if constexpr (std::is_same_v<T, Policy>)
+    return tuner_policy_names();
+  else if constexpr (std::is_integral_v<T>)
+    return Integer{integer_bound(b.lo), integer_bound(b.hi)};
+  else
+    return Number{b};
 }
 
 enum class Apply : bool { live, restart };
@@ -170,17 +181,17 @@ void visit_schema(V&& v) {
   });
   // clang-format off
   v("/probe/rate_hz", live, [](auto& c) -> auto& { return c.probe.rate_hz; }, Number{0.0, 10000.0});
-  v("/tuner/policy", live, [](auto& c) -> auto& { return c.tuner.policy; }, tuner_policy_names());
   v("/tuner/interval_ms", live, [](auto& c) -> auto& { return c.tuner.interval_ms; }, Integer{100, 3'600'000});
   v("/tuner/sweep_interval_ms", live, [](auto& c) -> auto& { return c.tuner.sweep_interval_ms; }, Integer{100, 3'600'000});
-  v("/tuner/target_wake_latency_ns", live, [](auto& c) -> auto& { return c.tuner.target_wake_latency_ns; }, Integer{100, kMaxWindowNs});
-  v("/tuner/max_poll_cpu_percent", live, [](auto& c) -> auto& { return c.tuner.max_poll_cpu_percent; }, Number{0.0, 100.0});
-  v("/tuner/min_ns", live, [](auto& c) -> auto& { return c.tuner.min_ns; }, Integer{0, kMaxWindowNs});
-  v("/tuner/max_ns", live, [](auto& c) -> auto& { return c.tuner.max_ns; }, Integer{0, kMaxWindowNs});
-  v("/tuner/min_benefit_ratio", live, [](auto& c) -> auto& { return c.tuner.min_benefit_ratio; }, Number{0.0, 1000.0});
-  v("/tuner/manage_grow_start", live, [](auto& c) -> auto& { return c.tuner.manage_grow_start; }, Flag{});
-  v("/tuner/reset_limits", live, [](auto& c) -> auto& { return c.tuner.reset_limits; }, Flag{});
-  v("/tuner/steady_trace_every", live, [](auto& c) -> auto& { return c.tuner.steady_trace_every; }, Integer{1, 3600});
+  // clang-format on
+  // The rest of tuner.*: the TunerParams fields the tuner's table (tuner_params.hpp) marks `config`.
+  for_each_tuner_param([&](const char* name, auto member, TunerParamUse use, const TunerBounds& bounds) {
+    if (use != TunerParamUse::config) return;
+    using T = std::remove_cvref_t<decltype(TunerParams{}.*member)>;
+    v(std::string("/tuner/") + name, live, [member](auto& c) -> auto& { return c.tuner.*member; },
+      tuner_kind<T>(bounds));
+  });
+  // clang-format off
   v("/metrics/textfile", restart, [](auto& c) -> auto& { return c.metrics.textfile; }, Text{check_textfile});
   v("/log/level", live, [](auto& c) -> auto& { return c.log.level; }, Choice{{"trace", "debug", "info", "warn", "error", "critical", "off"}});
   // clang-format on
@@ -191,8 +202,7 @@ void check_whole(const Config& c) {
   // A rate near 0 makes the mean gap (1/rate) overflow the prober's nanosecond clock arithmetic.
   if (c.probe.rate_hz > 0 && c.probe.rate_hz < 0.01)
     throw ConfigError("/probe/rate_hz", "expected 0 (off) or a rate in [0.01, 10000]");
-  if (c.tuner.min_ns > c.tuner.max_ns)
-    throw ConfigError("/tuner/min_ns", fmt::format("must not exceed tuner.max_ns ({})", c.tuner.max_ns));
+  if (auto e = check_tuner_params(c.tuner)) throw ConfigError("/tuner/" + e->name, e->reason);
 }
 
 // ---- reading one value ----
@@ -270,8 +280,7 @@ void read_value(const json& v, const std::string& path, T& out, const Integer& k
 inline void read_value(const json& v, const std::string& path, double& out, const Number& k) {
   if (!v.is_number()) throw ConfigError(path, "expected a number, got " + std::string(v.type_name()));
   const double x = v.get<double>();
-  if (!(x >= k.lo && x <= k.hi))
-    throw ConfigError(path, fmt::format("expected a number in [{}, {}], got {}", k.lo, k.hi, x));
+  if (!k.contains(x)) throw ConfigError(path, fmt::format("expected {}, got {}", expected_in<double>(k), x));
   out = x;
 }
 inline void read_value(const json& v, const std::string& path, bool& out, const Flag&) {
@@ -317,6 +326,26 @@ void check_structure(const json& j, const std::string& path) {
 }
 
 }  // namespace
+
+std::optional<TunerParamError> check_tuner_params(const TunerParams& p) {
+  std::optional<TunerParamError> error;
+  for_each_tuner_param([&](const char* name, auto member, TunerParamUse, const TunerBounds& bounds) {
+    using T = std::remove_cvref_t<decltype(p.*member)>;
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      const T value = p.*member;
+      if (!error && !bounds.contains(static_cast<double>(value)))
+        error = TunerParamError{name, fmt::format("expected {}, got {}", expected_in<T>(bounds), value)};
+    }
+  });
+  if (!error && p.min_ns > p.max_ns)
+    error = TunerParamError{"min_ns", fmt::format("must not exceed max_ns ({})", p.max_ns)};
+  return error;
+}
+
+std::string validate(const TunerParams& p) {
+  const auto e = check_tuner_params(p);
+  return e ? e->name + ": " + e->reason : std::string();
+}
 
 const std::vector<std::string>& config_key_paths() {
   static const std::vector<std::string> paths = [] {

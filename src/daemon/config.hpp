@@ -6,7 +6,7 @@
 #pragma once
 
 #include "haltpoll/governor.hpp"
-#include "tuner_policy.hpp"
+#include "tuner_params.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -48,18 +48,12 @@ struct Config {
     double rate_hz = 10.0;  // per CPU; 0 disables probing
     friend bool operator==(const Probe&, const Probe&) = default;
   } probe;
-  struct Tuner {
-    Policy policy = Policy::balanced;
+  // The tuner's parameters (TunerParams, whose table binds the tuner.* keys) and the daemon's
+  // tick intervals.
+  struct Tuner : TunerParams {
     unsigned interval_ms = 1000;
-    unsigned sweep_interval_ms = 250;  // tick interval while the tuner sweeps (if shorter); a confirmation takes a whole interval_ms tick
-    std::uint64_t target_wake_latency_ns = 5000;  // latency: halts / wake-ups × penalty
-    double max_poll_cpu_percent = 10.0;
-    std::uint64_t min_ns = 0;
-    std::uint64_t max_ns = 400000;
-    double min_benefit_ratio = 1.0;  // balanced: above the budget, benefit / cost needed
-    bool manage_grow_start = false;  // write guest_halt_poll_grow_start = min(found, cap / 2)
-    bool reset_limits = true;        // a lowered cap also zeroes the CPUs' poll limits
-    unsigned steady_trace_every = 10;  // steady: the eBPF programs attached one tick in this many
+    // The tick interval while the tuner sweeps (if shorter); a confirmation takes a whole interval_ms tick.
+    unsigned sweep_interval_ms = 250;
     friend bool operator==(const Tuner&, const Tuner&) = default;
   } tuner;
   struct Metrics {

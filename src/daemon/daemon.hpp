@@ -15,8 +15,10 @@
 
 namespace haltpolld {
 
-// Exit codes of haltpolld, documented in docs/operations.md and haltpolld(8).
-enum ExitCode : int { ok = 0, runtime_error = 1, usage_error = 2, config_error = 3, already_running = 4 };
+// Exit codes of haltpolld, documented in docs/operations.md and haltpolld(8). Scoped: a code
+// becomes the process's status only through exit_status, at main's return.
+enum class ExitCode : int { ok = 0, runtime_error = 1, usage_error = 2, config_error = 3, already_running = 4 };
+constexpr int exit_status(ExitCode c) noexcept { return static_cast<int>(c); }
 
 class Daemon {
  public:
@@ -27,8 +29,8 @@ class Daemon {
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
-  // Runs until SIGINT/SIGTERM; returns the process exit code.
-  int run();
+  // Runs until SIGINT/SIGTERM; returns the process's exit code.
+  ExitCode run();
 
   struct Impl;
 

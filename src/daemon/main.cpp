@@ -49,7 +49,7 @@ std::function<int()> add_record_command(CLI::App& parent) {
 // a crash, the watchdog), puts back the originals its state file holds, exactly as the next start
 // would, so that stopping the unit without a restart leaves nothing changed. Nothing to do after a
 // clean stop (the daemon removed the file). Refuses while a daemon holds the instance's locks.
-int restore_originals(const haltpolld::Config& config) {
+ExitCode restore_originals(const haltpolld::Config& config) {
   const std::string state_dir = haltpolld::effective_state_dir(config);
   std::error_code ec;
   if (!std::filesystem::is_directory(state_dir, ec)) return ExitCode::ok;  // no state file to put back
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
-    return rc == 0 ? ExitCode::ok : ExitCode::usage_error;
+    return exit_status(rc == 0 ? ExitCode::ok : ExitCode::usage_error);
   }
   (void)foreground;
   for (const auto& sub : subcommands)
@@ -129,21 +129,21 @@ int main(int argc, char** argv) {
   } catch (const haltpolld::ConfigError& e) {
     fmt::print(stderr, "haltpolld: {}{}\n", e.what(),
                config_opt->count() == 0 ? " (use --config to name another file)" : "");
-    return ExitCode::config_error;
+    return exit_status(ExitCode::config_error);
   }
 
   if (check_config) {
     fmt::print("{}\n", haltpolld::to_json(config).dump(2));
-    return ExitCode::ok;
+    return exit_status(ExitCode::ok);
   }
 
   try {
     haltpolld::setup_logging(config.log.level);
-    if (restore) return restore_originals(config);
+    if (restore) return exit_status(restore_originals(config));
     haltpolld::Daemon daemon(config, config_file, overrides);
-    return daemon.run();
+    return exit_status(daemon.run());
   } catch (const std::exception& e) {
     spdlog::critical("fatal: {}", e.what());
-    return ExitCode::runtime_error;
+    return exit_status(ExitCode::runtime_error);
   }
 }

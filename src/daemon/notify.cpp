@@ -1,8 +1,9 @@
 #include "notify.hpp"
 
+#include <haltpoll/clock.hpp>
+
 #include <systemd/sd-daemon.h>
 
-#include <ctime>
 
 namespace haltpolld::notify {
 
@@ -15,10 +16,7 @@ void status(const std::string& st) { send("STATUS=" + st); }
 
 void reloading() {
   // systemd ≥ 253 (Type=notify-reload) wants the monotonic time with RELOADING=1; older ones ignore it.
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  auto usec = static_cast<unsigned long long>(ts.tv_sec) * 1000000ull + static_cast<unsigned long long>(ts.tv_nsec) / 1000ull;
-  send("RELOADING=1\nMONOTONIC_USEC=" + std::to_string(usec));
+  send("RELOADING=1\nMONOTONIC_USEC=" + std::to_string(haltpoll::clock_monotonic_ns() / 1000));
 }
 
 void stopping() { send("STOPPING=1"); }

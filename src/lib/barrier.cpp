@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 
 #if HALTPOLL_ARCH_X86
 #include <cpuid.h>
@@ -85,12 +84,6 @@ constexpr BarrierBackend kAllBackends[] = {BarrierBackend::spin,      BarrierBac
                                            BarrierBackend::x86_waitpkg, BarrierBackend::arm64_wfe,
                                            BarrierBackend::arm64_wfet, BarrierBackend::generic_yield};
 
-std::int64_t clock_gettime_ns() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 // The cost of the spinning backends' inner step (cpu_relax + load + condition), the fastest of
 // seven runs of 2000 steps, so a preemption during one run does not count. PAUSE alone varies from
 // ~10 to ~140 cycles between cores, so no fixed count gives the same time everywhere.
@@ -101,9 +94,9 @@ std::uint32_t calibrate_relaxes_per_us() noexcept {
   auto never = [](std::uint32_t) noexcept { return false; };
   std::int64_t best = INT64_MAX;
   for (int run = 0; run < 7; ++run) {
-    const std::int64_t t0 = clock_gettime_ns();
+    const std::int64_t t0 = clock_monotonic_ns();
     detail::relax_batch<std::memory_order_relaxed>(word, v, never, kSteps);
-    best = std::min(best, clock_gettime_ns() - t0);
+    best = std::min(best, clock_monotonic_ns() - t0);
   }
   if (best <= 0) best = 1;
   const std::int64_t per_us = std::int64_t{kSteps} * 1000 / best;

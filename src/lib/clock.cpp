@@ -17,12 +17,6 @@ namespace {
 
 __extension__ typedef unsigned __int128 u128;
 
-std::int64_t clock_gettime_ns() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 struct Sample {
   std::uint64_t ticks;
   std::int64_t ns;
@@ -36,7 +30,7 @@ Sample paired_sample(Read read) noexcept {
   std::uint64_t best_width = ~std::uint64_t{0};
   for (int i = 0; i < 5; ++i) {
     const std::uint64_t t0 = read();
-    const std::int64_t ns = clock_gettime_ns();
+    const std::int64_t ns = clock_monotonic_ns();
     const std::uint64_t t1 = read();
     if (t1 - t0 < best_width) {
       best_width = t1 - t0;
@@ -48,7 +42,7 @@ Sample paired_sample(Read read) noexcept {
 
 template <class Read>
 Sample sample_after(Read read, const Sample& from, std::int64_t ns) noexcept {
-  while (clock_gettime_ns() - from.ns < ns) {
+  while (clock_monotonic_ns() - from.ns < ns) {
   }
   return paired_sample(read);
 }
@@ -129,7 +123,7 @@ CounterScale arm64_scale() noexcept {
   if (freq == 0 || !detail::counter_frequency_agrees(freq, [] { return arch::arm64::read_counter(); })) return s;
   s.usable = true;
   s.base_ticks = arch::arm64::read_counter();
-  s.base_ns = clock_gettime_ns();
+  s.base_ns = clock_monotonic_ns();
   s.ns_per_tick_q32 = static_cast<std::uint64_t>((u128{1'000'000'000} << 32) / freq);
   s.ticks_per_ns_q32 = static_cast<std::uint64_t>((u128{freq} << 32) / 1'000'000'000);
   return s;
@@ -209,7 +203,13 @@ std::int64_t monotonic_ns() noexcept {
     return st.scale->base_ns + static_cast<std::int64_t>((u128{delta} * st.scale->ns_per_tick_q32) >> 32);
   }
 #endif
-  return clock_gettime_ns();
+  return clock_monotonic_ns();
+}
+
+std::int64_t clock_monotonic_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 ClockSource clock_source() noexcept { return state().source; }

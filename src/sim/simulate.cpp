@@ -17,7 +17,8 @@
 namespace haltpolld {
 namespace {
 
-enum ExitCode : int { ok = 0, usage_error = 2, trace_error = 3 };
+// `haltpolld simulate`'s exit codes; the process's status only where the command returns it.
+enum class ExitCode : int { ok = 0, usage_error = 2, trace_error = 3 };
 
 // Returns false for a line with nothing but blanks and a comment.
 bool parse_trace_line(std::string_view line, std::uint64_t lineno, std::uint64_t& out) {
@@ -101,7 +102,7 @@ struct SimulateOptions {
   std::int64_t residency_bias_ns = 0;       // kernel recordings: subtracted from each halt
 };
 
-int run_simulate(const SimulateOptions& o) {
+ExitCode run_simulate(const SimulateOptions& o) {
   haltpoll::PolicyParams params;
   std::unique_ptr<haltpoll::WindowGovernor> governor;
   try {
@@ -193,7 +194,7 @@ std::function<int()> add_simulate_command(CLI::App& parent) {
       ->capture_default_str();
   return [o, miss_opt] {
     o->miss_cost_given = miss_opt->count() > 0;
-    return run_simulate(*o);
+    return static_cast<int>(run_simulate(*o));
   };
 }
 

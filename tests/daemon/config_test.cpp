@@ -3,11 +3,16 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <type_traits>
+#include <vector>
 
 using haltpolld::Config;
 using haltpolld::ConfigError;
@@ -230,4 +235,116 @@ TEST_CASE("every configuration key is in config/haltpolld.json and in haltpolld.
     INFO("haltpolld.json(5) documents a key the schema does not have: " << k);
     CHECK(schema.count(k) == 1);
   }
+}
+
+namespace {
+// The number of fields of an aggregate: the most initialisers T{...} accepts.
+struct AnyField {
+  template <class T>
+  operator T() const;  // NOLINT(google-explicit-constructor): only named in unevaluated contexts
+};
+template <class T, class... Fields>
+constexpr std::size_t field_count() {
+  if constexpr (requires { T{Fields{}..., AnyField{}}; })
+    return field_count<T, Fields..., AnyField>();
+  else
+    return sizeof...(Fields);
+}
+}  // namespace
+
+TEST_CASE("the tuner's table names every TunerParams field once, and its config rows are the tuner.* keys") {
+  using haltpolld::TunerParams;
+  using haltpolld::TunerParamUse;
+  std::set<std::string> names;
+  std::size_t rows = 0;
+  const auto& keys = haltpolld::config_key_paths();
+  haltpolld::for_each_tuner_param([&](const char* name, auto, TunerParamUse use, const haltpolld::TunerBounds&) {
+    ++rows;
+    names.insert(name);
+    INFO(name);
+    const bool is_key = std::find(keys.begin(), keys.end(), std::string("/tuner/") + name) != keys.end();
+    CHECK(is_key == (use == TunerParamUse::config));
+  });
+  // A field added to TunerParams without its row in for_each_tuner_param fails here.
+  CHECK(rows == field_count<TunerParams>());
+  CHECK(names.size() == rows);
+  // The tuner.* keys that are not TunerParams: the daemon's tick intervals.
+  std::set<std::string> others;
+  for (const auto& k : keys)
+    if (k.starts_with("/tuner/") && !names.count(k.substr(7))) others.insert(k);
+  CHECK(others == std::set<std::string>{"/tuner/interval_ms", "/tuner/sweep_interval_ms"});
+}
+
+TEST_CASE("every tuner.* key of the table reaches its TunerParams field, round-trips and is range-checked") {
+  using haltpolld::TunerBounds;
+  using haltpolld::TunerParams;
+  using haltpolld::TunerParamUse;
+  int bound = 0;
+  haltpolld::for_each_tuner_param([&](const char* name, auto member, TunerParamUse use, const TunerBounds& b) {
+    if (use != TunerParamUse::config) return;
+    ++bound;
+    using T = std::remove_cvref_t<decltype(TunerParams{}.*member)>;
+    const std::string path = std::string("/tuner/") + name;
+    INFO(path);
+    // A value other than the base's, inside the bounds; the base lets min_ns reach its upper bound.
+    Config base;
+    base.tuner.max_ns = static_cast<std::uint32_t>(haltpolld::kTunerMaxNs);
+    Config expected = base;
+    const T def = expected.tuner.*member;
+    T value{};
+    if constexpr (std::is_same_v<T, bool>)
+      value = !def;
+    else if constexpr (std::is_same_v<T, haltpolld::Policy>)
+      value = def == haltpolld::Policy::static_value ? haltpolld::Policy::latency : haltpolld::Policy::static_value;
+    else
+      value = static_cast<T>(static_cast<double>(def) != b.hi ? b.hi : b.lo);
+    REQUIRE(!(value == def));
+    expected.tuner.*member = value;
+    // Into the field through JSON: the parsed Config differs from the base exactly there.
+    nlohmann::json j = haltpolld::to_json(base);
+    j[nlohmann::json::json_pointer(path)] = haltpolld::to_json(expected)[nlohmann::json::json_pointer(path)];
+    const Config parsed = haltpolld::apply_config_json(j);
+    CHECK(parsed.tuner.*member == value);
+    CHECK(parsed == expected);
+    // Back out: to_json writes the field under its key, and parsing that gives the same Config.
+    CHECK(parse_config(haltpolld::to_json(parsed).dump()) == parsed);
+    // Beyond the bounds: refused with the key's path.
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      CHECK(error_path(nlohmann::json{{"tuner", {{name, b.hi + 1}}}}.dump()) == path);
+      if (b.lo >= 1 || std::is_floating_point_v<T>)
+        CHECK(error_path(nlohmann::json{{"tuner", {{name, b.lo - 1}}}}.dump()) == path);
+    }
+  });
+  CHECK(bound >= 9);
+}
+
+TEST_CASE("validate applies every bound of the tuner's table and names the field") {
+  using haltpolld::TunerBounds;
+  using haltpolld::TunerParams;
+  using haltpolld::TunerParamUse;
+  CHECK(haltpolld::validate(TunerParams{}).empty());
+  CHECK(haltpolld::validate(Config{}.tuner).empty());
+  haltpolld::for_each_tuner_param([&](const char* name, auto member, TunerParamUse, const TunerBounds& b) {
+    using T = std::remove_cvref_t<decltype(TunerParams{}.*member)>;
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      INFO(name);
+      std::vector<double> outside;
+      if (b.lo_open) outside.push_back(b.lo);
+      if (b.lo >= 1 || std::is_floating_point_v<T>) outside.push_back(b.lo - 1);
+      if (b.hi_open) outside.push_back(b.hi);
+      if (std::isfinite(b.hi) && b.hi + 1 <= static_cast<double>(std::numeric_limits<T>::max()))
+        outside.push_back(b.hi + 1);
+      REQUIRE_FALSE(outside.empty());
+      for (double x : outside) {
+        TunerParams p;
+        p.*member = static_cast<T>(x);
+        INFO(x);
+        CHECK(haltpolld::validate(p).starts_with(std::string(name) + ": "));
+      }
+    }
+  });
+  TunerParams p;
+  p.min_ns = 500000;
+  CHECK(haltpolld::validate(p) == "min_ns: must not exceed max_ns (400000)");
+  CHECK(error_path(R"({"tuner":{"min_ns":5,"max_ns":4}})") == "/tuner/min_ns");
 }

@@ -10,10 +10,12 @@
 
   check_docs.py names SOURCE_DIR
       Every relative link of the Markdown files under docs/ and of README.md and NEWS.md, and every
-      `docs/...` path they quote, exists. Every configuration key, varlink method or error and
+      `docs/...` path they quote, exists. docs/tuning.md describes every tuner.* key of the
+      tuner's table. Every configuration key, varlink method or error and
       Prometheus metric that docs/*.md,
       README.md and the man pages name exists in the code: the schema in src/daemon/config.cpp
-      (plus the kernel parameters of HALTPOLL_PARAMS), the IDL in
+      (plus the kernel parameters of HALTPOLL_PARAMS
+      and the `config` rows of for_each_tuner_param in src/daemon/tuner_params.hpp), the IDL in
       src/daemon/control/control_service.cpp and src/varlink/varlink.cpp, and the families that
       src/daemon/control/prometheus.cpp writes (plus the ones it generates from
       HALTPOLL_WORKER_COUNTERS and HALTPOLL_PARAMS).
@@ -101,10 +103,20 @@ def haltpoll_params(src):
     return re.findall(r"X\((\w+),\s*[^,]+,\s*[^,]+,\s*(\w+)\)", block)
 
 
+def tuner_config_params(src):
+    """The names of the rows of for_each_tuner_param (src/daemon/tuner_params.hpp) marked config."""
+    names = re.findall(r'f\("(\w+)", &TunerParams::\w+, config,', read(src, "src/daemon/tuner_params.hpp"))
+    if not names:
+        raise SystemExit("check_docs.py: no config rows found in src/daemon/tuner_params.hpp")
+    return names
+
+
 def config_keys(src):
     keys = set(re.findall(r'v\("(/[a-z_/]+)"', read(src, "src/daemon/config.cpp")))
     if not keys:
         raise SystemExit("check_docs.py: no schema rows found in src/daemon/config.cpp")
+    # visit_schema adds /tuner/<name> for each `config` row of the tuner's table.
+    keys |= {"/tuner/" + name for name in tuner_config_params(src)}
     # visit_schema adds /pool/<name> for each kernel parameter of the library's table.
     keys |= {"/pool/" + name for name, _ in haltpoll_params(src)}
     # Every prefix of a key is a section ("socket", "tuner").
@@ -224,6 +236,12 @@ def check_names(src):
             for m in METRIC.finditer(line):
                 if m.group(1) not in metrics and (rel, m.group(1)) not in ALLOWED:
                     findings.append(f"{rel}:{n}: metric {m.group(1)} is not written by src/daemon/control/prometheus.cpp")
+    # Every key of the tuner's table is described where the tuner is (test_config checks the sample
+    # configuration and haltpolld.json(5)).
+    tuning = read(src, "docs/tuning.md")
+    for name in tuner_config_params(src):
+        if f"`tuner.{name}`" not in tuning and f"`{name}`" not in tuning:
+            findings.append(f"docs/tuning.md: tuner.{name} (src/daemon/tuner_params.hpp) is not described")
     # The check itself must see what it checks: a rename in the code that empties a set would
     # otherwise pass every document.
     for name, found in (("keys", keys), ("methods", methods), ("metrics", metrics), ("recording rules", records)):

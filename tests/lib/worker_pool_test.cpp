@@ -123,6 +123,19 @@ TEST_CASE("affinity: the mask's CPUs, and pinning the calling thread to one", "[
   CHECK(haltpoll::pin_this_thread(CPU_SETSIZE) == std::errc::invalid_argument);
 }
 
+TEST_CASE("parse_cpu_list: the kernel's CPU list format, as sysfs and the configuration write it", "[affinity]") {
+  using haltpoll::parse_cpu_list;
+  CHECK(parse_cpu_list("0-3,6") == std::vector<int>{0, 1, 2, 3, 6});
+  CHECK(parse_cpu_list("1\n") == std::vector<int>{1});  // /sys/devices/system/cpu/online
+  CHECK(parse_cpu_list(" 6,0-1,1 ") == std::vector<int>{0, 1, 6});
+  CHECK(parse_cpu_list("8191") == std::vector<int>{haltpoll::kMaxCpuNumber});
+  for (const char* bad : {"", " \n", "3-1", "a", "0,", ",0", "0,,1", "-1", "1-", "1-2-3", "+1", "0 ,1", "8192",
+                          "0-8192", "99999999999"}) {
+    INFO('"' << bad << '"');
+    CHECK_FALSE(parse_cpu_list(bad));
+  }
+}
+
 TEST_CASE("unique function: inline, heap, move-only, empty", "[pool][unique_function]") {
   UniqueFunction<int(int)> empty;
   CHECK_FALSE(empty);

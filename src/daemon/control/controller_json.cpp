@@ -1,6 +1,7 @@
 #include "control/controller_json.hpp"
 
 #include <cmath>
+#include <type_traits>
 
 namespace haltpolld {
 
@@ -21,29 +22,14 @@ json text_or_null(const std::string& s) { return s.empty() ? json(nullptr) : jso
 }  // namespace
 
 json to_json(const TunerParams& p) {
-  return {{"policy", std::string(to_string(p.policy))},
-          {"static_ns", p.static_ns},
-          {"target_wake_latency_ns", p.target_wake_latency_ns},
-          {"percentile", p.percentile},
-          {"max_poll_cpu_percent", p.max_poll_cpu_percent},
-          {"min_ns", p.min_ns},
-          {"max_ns", p.max_ns},
-          {"start_ns", p.start_ns},
-          {"ladder_factor", p.ladder_factor},
-          {"min_benefit_ratio", p.min_benefit_ratio},
-          {"min_periods", p.min_periods},
-          {"max_dwell_ticks", p.max_dwell_ticks},
-          {"grow_halts_per_second", p.grow_halts_per_second},
-          {"closed_loop_min_gain", p.closed_loop_min_gain},
-          {"load_change_factor", p.load_change_factor},
-          {"resweep_after_ticks", p.resweep_after_ticks},
-          {"hysteresis", p.hysteresis},
-          {"steal_backoff_percent", p.steal_backoff_percent},
-          {"manage_grow_start", p.manage_grow_start},
-          {"reset_limits", p.reset_limits},
-          {"steady_trace_every", p.steady_trace_every},
-          {"kernel_grow_start_ns", p.kernel_grow_start_ns},
-          {"min_latency_samples", p.min_latency_samples}};
+  json j = json::object();
+  for_each_tuner_param([&](const char* name, auto member, TunerParamUse, const TunerBounds&) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(p.*member)>, Policy>)
+      j[name] = std::string(to_string(p.*member));
+    else
+      j[name] = p.*member;
+  });
+  return j;
 }
 
 json decision_to_json(const DecisionRecord& r) {

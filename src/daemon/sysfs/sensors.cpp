@@ -2,7 +2,10 @@
 
 #include "sysfs/file_io.hpp"
 
+#include "cpuidle_totals.hpp"
 #include "idle_trace.hpp"
+
+#include <haltpoll/affinity.hpp>
 
 #include <fmt/format.h>
 
@@ -17,32 +20,6 @@
 
 namespace haltpolld {
 
-std::optional<std::vector<int>> parse_cpu_list(const std::string& text) {
-  std::vector<int> out;
-  std::stringstream ss(text);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
-    part.erase(std::remove_if(part.begin(), part.end(), [](char c) { return c == ' ' || c == '\n'; }), part.end());
-    if (part.empty()) continue;
-    int a = 0, b = 0;
-    const auto dash = part.find('-');
-    const std::string first = part.substr(0, dash);
-    auto r = std::from_chars(first.data(), first.data() + first.size(), a);
-    if (r.ec != std::errc{} || r.ptr != first.data() + first.size() || a < 0) return std::nullopt;
-    b = a;
-    if (dash != std::string::npos) {
-      const std::string second = part.substr(dash + 1);
-      r = std::from_chars(second.data(), second.data() + second.size(), b);
-      if (r.ec != std::errc{} || r.ptr != second.data() + second.size() || b < a) return std::nullopt;
-    }
-    if (b - a > 4096) return std::nullopt;
-    for (int c = a; c <= b; ++c) out.push_back(c);
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
-
 namespace {
 
 std::uint64_t delta(std::uint64_t now, std::uint64_t before) { return now >= before ? now - before : 0; }
@@ -54,7 +31,7 @@ Sensors::Sensors(std::string sysfs_root, std::vector<int> cpus) : root_(std::mov
   if (root_.empty() || root_.back() != '/') root_.push_back('/');
   if (cpus_.empty()) {
     if (auto online = read_small_file(root_ + "sys/devices/system/cpu/online")) {
-      if (auto list = parse_cpu_list(*online)) cpus_ = *list;
+      if (auto list = haltpoll::parse_cpu_list(*online)) cpus_ = *list;
     }
   }
   last_idle_.resize(cpus_.size());
@@ -62,25 +39,19 @@ Sensors::Sensors(std::string sysfs_root, std::vector<int> cpus) : root_(std::mov
 }
 
 std::optional<CpuidleCounters> Sensors::read_cpuidle(int cpu) const {
-  const std::string dir = fmt::format("{}sys/devices/system/cpu/cpu{}/cpuidle/", root_, cpu);
+  const auto states = read_cpuidle_states(root_ + "sys", static_cast<unsigned>(cpu));
+  if (states.empty()) return std::nullopt;
   CpuidleCounters c;
-  for (int k = 0;; ++k) {
-    const std::string sdir = fmt::format("{}state{}/", dir, k);
-    auto name = read_small_file(sdir + "name");
-    if (!name) break;
-    auto usage = read_u64_file(sdir + "usage");
-    auto time = read_u64_file(sdir + "time");
-    if (!usage || !time) break;
-    c.state_names.push_back(*name);
-    if (*name == "POLL") {
-      c.poll_usage += *usage;
-      c.poll_time_us += *time;
+  for (const auto& st : states) {
+    c.state_names.push_back(st.name);
+    if (st.name == "POLL") {
+      c.poll_usage += st.usage;
+      c.poll_time_us += st.time_us;
     } else {
-      c.halt_usage += *usage;
-      c.halt_time_us += *time;
+      c.halt_usage += st.usage;
+      c.halt_time_us += st.time_us;
     }
   }
-  if (c.state_names.empty()) return std::nullopt;
   return c;
 }
 
@@ -221,6 +192,8 @@ Observation Sensors::sample(std::uint64_t now_ns) {
     auto now = read_cpuidle(cpus_[i]);
     if (now) {
       any_idle = true;
+      obs.cpuidle_totals.push_back({static_cast<unsigned>(cpus_[i]), now->poll_usage, now->poll_time_us, now->halt_usage,
+                                    now->halt_time_us});
       if (names.empty()) {
         for (const auto& n : now->state_names) names += (names.empty() ? "" : ",") + n;
       }
@@ -307,6 +280,7 @@ Observation Sensors::sample(std::uint64_t now_ns) {
   }
 
   auto stat = read_proc_stat();
+  if (stat) obs.steal_ticks_total = stat->steal;
   if (primed_ && stat && last_stat_) {
     const std::uint64_t total = delta(stat->total, last_stat_->total);
     if (total > 0)

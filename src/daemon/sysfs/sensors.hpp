@@ -43,9 +43,6 @@ struct ProcStatTimes {
   std::vector<CpuStatTimes> cpus;  // the `cpuN` lines in file order (online CPUs only)
 };
 
-// "0-3,6" → {0,1,2,3,6}; empty optional on a syntax error.
-std::optional<std::vector<int>> parse_cpu_list(const std::string& text);
-
 class Sensors final : public KernelSignalSource {
  public:
   // `cpus` empty: the CPUs listed in <root>/sys/devices/system/cpu/online.

@@ -3,15 +3,13 @@
 #include "sysfs/actuator.hpp"
 #include "sysfs/sensors.hpp"
 
+#include <haltpoll/clock.hpp>
+
 #include <chrono>
 
 namespace haltpolld {
 
-std::uint64_t SystemClock::steady_ns() const {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
+std::uint64_t SystemClock::steady_ns() const { return static_cast<std::uint64_t>(haltpoll::clock_monotonic_ns()); }
 
 std::int64_t SystemClock::unix_ms() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())

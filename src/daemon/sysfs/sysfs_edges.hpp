@@ -13,7 +13,8 @@
 
 namespace haltpolld {
 
-// CLOCK_MONOTONIC and CLOCK_REALTIME through std::chrono; safe from any thread.
+// CLOCK_MONOTONIC (haltpoll::clock_monotonic_ns, the clock of the eBPF timestamps) and
+// CLOCK_REALTIME (std::chrono::system_clock); safe from any thread.
 class SystemClock final : public Clock {
  public:
   std::uint64_t steady_ns() const override;

@@ -1,5 +1,7 @@
 #include "tuning/prober.hpp"
 
+#include <haltpoll/clock.hpp>
+
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -33,12 +35,6 @@ struct Prober::State {
 };
 
 namespace {
-
-std::uint64_t now_ns() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
 
 struct ProbeRecord {
   std::uint64_t submitted_ns = 0;
@@ -93,9 +89,10 @@ void Prober::run() {
     const int cpu = cpus_[pick(rng)];
     auto rec = std::make_shared<ProbeRecord>();
     auto state = state_;
-    rec->submitted_ns = now_ns();
+    rec->submitted_ns = static_cast<std::uint64_t>(haltpoll::clock_monotonic_ns());
     const ProbePath path = submit_(cpu, [rec, state, cpu] {
-      rec->latency_ns.store(now_ns() - rec->submitted_ns, std::memory_order_relaxed);
+      rec->latency_ns.store(static_cast<std::uint64_t>(haltpoll::clock_monotonic_ns()) - rec->submitted_ns,
+                            std::memory_order_relaxed);
       if (rec->halves.fetch_add(1, std::memory_order_acq_rel) == 1)
         state->file(cpu, rec->path.load(std::memory_order_relaxed), rec->latency_ns.load(std::memory_order_relaxed));
     });

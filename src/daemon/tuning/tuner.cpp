@@ -22,26 +22,6 @@ const char* to_string(Action a) noexcept {
   return "?";
 }
 
-std::string validate(const TunerParams& p) {
-  if (p.min_ns > p.max_ns) return "min_ns must not exceed max_ns";
-  if (!(p.percentile > 0 && p.percentile < 100)) return "percentile must be in (0, 100)";
-  if (!(p.target_wake_latency_ns > 0)) return "target_wake_latency_ns must be > 0";
-  if (!(p.max_poll_cpu_percent > 0 && p.max_poll_cpu_percent <= 100))
-    return "max_poll_cpu_percent must be in (0, 100]";
-  if (p.start_ns == 0) return "start_ns must be > 0";
-  if (!(p.ladder_factor >= 1.1 && p.ladder_factor <= 16)) return "ladder_factor must be in [1.1, 16]";
-  if (!(p.min_benefit_ratio >= 0)) return "min_benefit_ratio must be >= 0";
-  if (p.min_periods == 0) return "min_periods must be > 0";
-  if (p.max_dwell_ticks == 0) return "max_dwell_ticks must be > 0";
-  if (p.steady_trace_every == 0) return "steady_trace_every must be > 0";
-  if (!(p.grow_halts_per_second >= 0)) return "grow_halts_per_second must be >= 0";
-  if (!(p.closed_loop_min_gain >= 0)) return "closed_loop_min_gain must be >= 0";
-  if (!(p.load_change_factor > 1)) return "load_change_factor must be > 1";
-  if (!(p.hysteresis >= 0 && p.hysteresis < 1)) return "hysteresis must be in [0, 1)";
-  if (!(p.steal_backoff_percent > 0)) return "steal_backoff_percent must be > 0";
-  return {};
-}
-
 namespace {
 
 // Ticks without steal above the threshold before growth is allowed again.

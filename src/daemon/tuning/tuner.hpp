@@ -37,7 +37,7 @@
 #pragma once
 
 #include "signals/observation.hpp"
-#include "tuner_policy.hpp"
+#include "tuner_params.hpp"
 #include "tuning/decision.hpp"
 
 #include <cstdint>
@@ -47,68 +47,6 @@
 #include <vector>
 
 namespace haltpolld {
-
-struct TunerParams {
-  Policy policy = Policy::balanced;
-  // static: the value to hold.
-  std::uint32_t static_ns = 200000;
-  // latency: the mean wait per wake-up that halt exits may add (halts / wake-ups × penalty).
-  double target_wake_latency_ns = 5000;
-  // Percentile of the probe latencies reported in status (not a decision input any more).
-  double percentile = 90;
-  // budget / balanced: the most a single CPU may spend polling, in % of that CPU.
-  double max_poll_cpu_percent = 10;
-  // Bounds of the value. 0 disables polling; the kernel's default cap is 200000.
-  std::uint32_t min_ns = 0;
-  std::uint32_t max_ns = 400000;
-  // Lowest non-zero rung and the ratio between rungs: 12.5, 25, 50, 100, 200, 400 µs. The real
-  // guest's knees (pipe ≥ 30 µs, a database client ≥ 100 µs, a 150 µs timer ≤ 50 µs) each fall
-  // between two rungs, so one rung per factor two is enough and a full climb takes 7 ticks.
-  std::uint32_t start_ns = 12500;
-  double ladder_factor = 2.0;
-  // balanced: above the budget a rung is kept only when its benefit is this many times its cost.
-  double min_benefit_ratio = 1.0;
-  // A rung is judged once it saw this many idle periods (all CPUs), or after max_dwell_ticks.
-  std::uint64_t min_periods = 1000;
-  std::uint32_t max_dwell_ticks = 3;
-  // Halts per second (all CPUs) that make growth worth trying. An idle guest halts 60-80 times a
-  // second; a 150 µs timer 6700, a pipe 33000, Poisson 2000/s about 1900.
-  double grow_halts_per_second = 500;
-  // A wake-rate rise smaller than this (fraction) is noise, not a closed loop speeding up.
-  double closed_loop_min_gain = 0.15;
-  // Signature change that counts as a new load: a factor on the wake or halt rate (above an
-  // absolute 300/s), or on poll CPU (with a move above 10 points); twice the factor acts at once, else it must
-  // show on two ticks in a row. 2: a pipe restarted in chunks moved 1.5 x on two ticks without
-  // changing (eval-kernel 2026-12-01); the switches between the evaluation's loads move ≥ 2.7 x.
-  double load_change_factor = 2.0;
-  // A steady load with frequent halts is swept again after this many ticks (10 min at 1 s).
-  std::uint32_t resweep_after_ticks = 600;
-  // Near-ties between rungs go to the lower one: a net within this share of the best rung's own
-  // poll CPU (at least 0.005 CPU-s/s) of the best net.
-  double hysteresis = 0.10;
-  // Steal share (% of all guest CPU time) above which the tuner backs off.
-  double steal_backoff_percent = 10;
-  // Also write guest_halt_poll_grow_start = min(kernel_grow_start_ns, cap / 2) so that a cap
-  // below the kernel's grow_start does not collapse to 0 on its first shrink (docs/tuning.md).
-  bool manage_grow_start = false;
-  std::uint32_t kernel_grow_start_ns = 50000;  // the value found on the guest
-  // Every lowering of the value also zeroes the CPUs' poll limits (Decision::reset_limits): the
-  // governor lowers a CPU's limit only after it halts, so without this a load whose wake-ups all
-  // arrive within the old limit keeps polling at it (docs/tuning.md, "A lower cap that never arrives").
-  bool reset_limits = true;
-  // While steady the tuner needs the eBPF signals (histograms for the shrink prediction) only now
-  // and then: the controller attaches the programs for one tick in this many and detaches them
-  // otherwise, so a converged closed loop does not pay 150-220 ns per idle event (six per pipe
-  // round trip on the real guest). Sweeps and confirmations always have them. 1: always attached.
-  std::uint32_t steady_trace_every = 10;
-  // The controller carries probe samples over ticks until it has this many.
-  std::uint64_t min_latency_samples = 20;
-
-  friend bool operator==(const TunerParams&, const TunerParams&) = default;
-};
-
-// Empty when the parameters are coherent, else what is wrong.
-std::string validate(const TunerParams& p);
 
 // One rung's kernel counters, summed over the ticks measured at it.
 struct RungMeasurement {

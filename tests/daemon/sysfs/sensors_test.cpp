@@ -1,4 +1,5 @@
 // Sensors against a fake sysfs tree: cpuidle deltas by state name, steal, and a guest without states.
+#include "cpuidle_totals.hpp"
 #include "fake_sysfs.hpp"
 #include "sysfs/sensors.hpp"
 
@@ -8,13 +9,6 @@
 
 using namespace haltpolld;
 using testsupport::FakeSysfs;
-
-TEST_CASE("parse_cpu_list") {
-  CHECK(parse_cpu_list("0-3,6") == std::vector<int>{0, 1, 2, 3, 6});
-  CHECK(parse_cpu_list("1\n") == std::vector<int>{1});
-  CHECK(!parse_cpu_list("3-1"));
-  CHECK(!parse_cpu_list("a"));
-}
 
 TEST_CASE("cpuidle deltas per CPU, POLL found by name, the rest counted as halt") {
   FakeSysfs fs;
@@ -100,6 +94,47 @@ TEST_CASE("a halt state with another name (C1) is still the halt side") {
   CHECK(o.cpuidle[0].halt_ns == 7'000'000);
 }
 
+TEST_CASE("one cpuidle reader: Sensors and the sums over CPUs read the same states") {
+  FakeSysfs fs;
+  fs.set_state(0, 0, "POLL", 10, 20);
+  fs.set_state(0, 1, "haltpoll idle", 3, 400);
+  fs.set_state(1, 0, "POLL", 1, 2);
+  fs.set_state(1, 1, "haltpoll idle", 5, 600);
+  const std::string sys = fs.root() + "/sys";
+  const auto states = read_cpuidle_states(sys, 0);
+  REQUIRE(states.size() == 2);
+  CHECK(states[0].name == "POLL");
+  CHECK(states[1].name == "haltpoll idle");
+  CHECK(states[1].usage == 3);
+  CHECK(states[1].time_us == 400);
+
+  Sensors s(fs.root(), {0, 1});
+  const auto per_cpu = s.read_cpuidle(0);
+  REQUIRE(per_cpu);
+  CHECK(per_cpu->state_names == std::vector<std::string>{"POLL", "haltpoll idle"});
+  CHECK(per_cpu->poll_usage == 10);
+  CHECK(per_cpu->halt_time_us == 400);
+  const auto t = read_cpuidle_totals(sys, 0);
+  CHECK(t.cpus == 2);
+  CHECK(t.poll_usage == 11);
+  CHECK(t.poll_time_us == 22);
+  CHECK(t.halt_usage == 8);
+  CHECK(t.halt_time_us == 1000);
+
+  // A counter that is not a number ends the CPU's list there, for every user alike.
+  fs.write("sys/devices/system/cpu/cpu0/cpuidle/state1/usage", "3x");
+  CHECK(read_cpuidle_states(sys, 0).size() == 1);
+  CHECK(s.read_cpuidle(0)->state_names == std::vector<std::string>{"POLL"});
+  CHECK(read_cpuidle_totals(sys, 0).halt_usage == 5);
+  // No states (no cpuidle driver): nothing, and the CPU is not counted.
+  FakeSysfs::Options no_states;
+  no_states.cpuidle_states = false;
+  FakeSysfs bare(no_states);
+  CHECK(read_cpuidle_states(bare.root() + "/sys", 0).empty());
+  CHECK_FALSE(Sensors(bare.root(), {0}).read_cpuidle(0));
+  CHECK(read_cpuidle_totals(bare.root() + "/sys", 0).cpus == 0);
+}
+
 TEST_CASE("no cpuidle driver: no poll-CPU signal, and the status says why") {
   FakeSysfs::Options opt;
   opt.driver = "none";
@@ -151,4 +186,32 @@ TEST_CASE("kernel signals per CPU: poll hits and misses derived from the counter
   CHECK(o.kernel.per_second(o.kernel.total(&CpuKernelSignals::poll_hits)) == Approx(1800.0));
   CHECK(o.kernel.poll_cpu_percent(c0) == Approx(20.0));
   CHECK_FALSE(o.kernel.total_ipi_skipped());
+}
+
+TEST_CASE("the sample carries the cumulative counters its deltas came from, for the fleet series") {
+  FakeSysfs fs;
+  fs.set_state(0, 0, "POLL", 1234, 5'000'001);
+  fs.set_state(0, 1, "haltpoll", 77, 9'000'000);
+  fs.set_state(1, 0, "POLL", 10, 20);
+  fs.set_state(1, 1, "haltpoll", 30, 40);
+  fs.set_proc_stat(1000, 250);
+  Sensors s(fs.root(), {});
+  // The priming sample has no deltas but the totals already.
+  const Observation o = s.sample(1'000'000'000);
+  CHECK(o.cpuidle.empty());
+  REQUIRE(o.cpuidle_totals.size() == 2);
+  CHECK(o.cpuidle_totals[0].cpu == 0);
+  CHECK(o.cpuidle_totals[0].poll_entries == 1234);
+  CHECK(o.cpuidle_totals[0].poll_us == 5'000'001);
+  CHECK(o.cpuidle_totals[0].halts == 77);
+  CHECK(o.cpuidle_totals[0].halt_us == 9'000'000);
+  CHECK(o.cpuidle_totals[1].cpu == 1);
+  CHECK(o.cpuidle_totals[1].halt_us == 40);
+  CHECK(o.steal_ticks_total == 250u);
+
+  FakeSysfs none(FakeSysfs::Options{.cpuidle_states = false});
+  Sensors n(none.root(), {});
+  const Observation p = n.sample(1'000'000'000);
+  CHECK(p.cpuidle_totals.empty());  // no states: no series, not zeros
+  CHECK(p.steal_ticks_total.has_value());
 }

@@ -1,0 +1,137 @@
+// The tuner's parameters (TunerParams) and their one table (for_each_tuner_param): each field's
+// name, which is its key under "tuner" in haltpolld.json when the table marks it `config`, and the
+// bounds it must lie in. The configuration's schema (config.cpp), its parsing, range errors,
+// to_json and validation, the controller's status JSON and the documentation checks are all read
+// from that table, so a new tuner key is one field here, one line of the table and its
+// documentation (docs/hacking.md, "Add a configuration key"). Owned by the configuration, like
+// the policy names, so that parsing a file needs nothing of the tuner. Plain values and pure
+// functions: nothing to synchronise.
+#pragma once
+
+#include "tuner_policy.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+namespace haltpolld {
+
+struct TunerParams {
+  Policy policy = Policy::balanced;
+  // static: the value to hold. Not a tuner.* key: the daemon gives it pool.guest_halt_poll_ns.
+  std::uint32_t static_ns = 200000;
+  // latency: the mean wait per wake-up that halt exits may add (halts / wake-ups × penalty).
+  std::uint32_t target_wake_latency_ns = 5000;
+  // Percentile of the probe latencies reported in status (not a decision input any more).
+  double percentile = 90;
+  // budget / balanced: the most a single CPU may spend polling, in % of that CPU.
+  double max_poll_cpu_percent = 10;
+  // Bounds of the value. 0 disables polling; the kernel's default cap is 200000.
+  std::uint32_t min_ns = 0;
+  std::uint32_t max_ns = 400000;
+  // Lowest non-zero rung and the ratio between rungs: 12.5, 25, 50, 100, 200, 400 µs. The real
+  // guest's knees (pipe ≥ 30 µs, a database client ≥ 100 µs, a 150 µs timer ≤ 50 µs) each fall
+  // between two rungs, so one rung per factor two is enough and a full climb takes 7 ticks.
+  std::uint32_t start_ns = 12500;
+  double ladder_factor = 2.0;
+  // balanced: above the budget a rung is kept only when its benefit is this many times its cost.
+  double min_benefit_ratio = 1.0;
+  // A rung is judged once it saw this many idle periods (all CPUs), or after max_dwell_ticks.
+  std::uint64_t min_periods = 1000;
+  std::uint32_t max_dwell_ticks = 3;
+  // Halts per second (all CPUs) that make growth worth trying. An idle guest halts 60-80 times a
+  // second; a 150 µs timer 6700, a pipe 33000, Poisson 2000/s about 1900.
+  double grow_halts_per_second = 500;
+  // A wake-rate rise smaller than this (fraction) is noise, not a closed loop speeding up.
+  double closed_loop_min_gain = 0.15;
+  // Signature change that counts as a new load: a factor on the wake or halt rate (above an
+  // absolute 300/s), or on poll CPU (with a move above 10 points); twice the factor acts at once, else it must
+  // show on two ticks in a row. 2: a pipe restarted in chunks moved 1.5 x on two ticks without
+  // changing (eval-kernel 2026-12-01); the switches between the evaluation's loads move ≥ 2.7 x.
+  double load_change_factor = 2.0;
+  // A steady load with frequent halts is swept again after this many ticks (10 min at 1 s).
+  std::uint32_t resweep_after_ticks = 600;
+  // Near-ties between rungs go to the lower one: a net within this share of the best rung's own
+  // poll CPU (at least 0.005 CPU-s/s) of the best net.
+  double hysteresis = 0.10;
+  // Steal share (% of all guest CPU time) above which the tuner backs off.
+  double steal_backoff_percent = 10;
+  // Also write guest_halt_poll_grow_start = min(kernel_grow_start_ns, cap / 2) so that a cap
+  // below the kernel's grow_start does not collapse to 0 on its first shrink (docs/tuning.md).
+  bool manage_grow_start = false;
+  std::uint32_t kernel_grow_start_ns = 50000;  // the value found on the guest
+  // Every lowering of the value also zeroes the CPUs' poll limits (Decision::reset_limits): the
+  // governor lowers a CPU's limit only after it halts, so without this a load whose wake-ups all
+  // arrive within the old limit keeps polling at it (docs/tuning.md, "A lower cap that never arrives").
+  bool reset_limits = true;
+  // While steady the tuner needs the eBPF signals (histograms for the shrink prediction) only now
+  // and then: the controller attaches the programs for one tick in this many and detaches them
+  // otherwise, so a converged closed loop does not pay 150-220 ns per idle event (six per pipe
+  // round trip on the real guest). Sweeps and confirmations always have them. 1: always attached.
+  std::uint32_t steady_trace_every = 10;
+  // The controller carries probe samples over ticks until it has this many.
+  std::uint64_t min_latency_samples = 20;
+
+  friend bool operator==(const TunerParams&, const TunerParams&) = default;
+};
+
+// Whether a parameter is a key of haltpolld.json ("tuner.<name>", changed live) or only the
+// code's (tests, models and the tools set it; the controller's status reports it).
+enum class TunerParamUse : bool { internal, config };
+
+// The closed or open interval a numeric parameter must lie in (ignored for the policy and flags).
+struct TunerBounds {
+  double lo = 0, hi = 0;
+  bool lo_open = false, hi_open = false;
+  bool contains(double x) const noexcept { return (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi); }
+};
+
+inline constexpr double kTunerMaxNs = 100'000'000;  // 100 ms: far beyond any useful poll window
+inline constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+
+// THE TABLE: every field of TunerParams once, in its order: f(name, &TunerParams::member, use,
+// bounds). tests/daemon/config_test.cpp fails when a field of TunerParams is missing here.
+template <class F>
+constexpr void for_each_tuner_param(F&& f) {
+  using enum TunerParamUse;
+  using B = TunerBounds;
+  // clang-format off
+  f("policy", &TunerParams::policy, config, B{});
+  f("static_ns", &TunerParams::static_ns, internal, B{0, kTunerMaxNs});
+  f("target_wake_latency_ns", &TunerParams::target_wake_latency_ns, config, B{100, kTunerMaxNs});
+  f("percentile", &TunerParams::percentile, internal, B{0, 100, true, true});
+  f("max_poll_cpu_percent", &TunerParams::max_poll_cpu_percent, config, B{0, 100});
+  f("min_ns", &TunerParams::min_ns, config, B{0, kTunerMaxNs});
+  f("max_ns", &TunerParams::max_ns, config, B{0, kTunerMaxNs});
+  f("start_ns", &TunerParams::start_ns, internal, B{1, kTunerMaxNs});
+  f("ladder_factor", &TunerParams::ladder_factor, internal, B{1.1, 16});
+  f("min_benefit_ratio", &TunerParams::min_benefit_ratio, config, B{0, 1000});
+  f("min_periods", &TunerParams::min_periods, internal, B{1, 1e12});
+  f("max_dwell_ticks", &TunerParams::max_dwell_ticks, internal, B{1, 1e6});
+  f("grow_halts_per_second", &TunerParams::grow_halts_per_second, internal, B{0, kUnbounded});
+  f("closed_loop_min_gain", &TunerParams::closed_loop_min_gain, internal, B{0, kUnbounded});
+  f("load_change_factor", &TunerParams::load_change_factor, internal, B{1, kUnbounded, true, false});
+  f("resweep_after_ticks", &TunerParams::resweep_after_ticks, internal, B{1, 1e9});
+  f("hysteresis", &TunerParams::hysteresis, internal, B{0, 1, false, true});
+  f("steal_backoff_percent", &TunerParams::steal_backoff_percent, internal, B{0, 100, true, false});
+  f("manage_grow_start", &TunerParams::manage_grow_start, config, B{});
+  f("kernel_grow_start_ns", &TunerParams::kernel_grow_start_ns, internal, B{0, kTunerMaxNs});
+  f("reset_limits", &TunerParams::reset_limits, config, B{});
+  f("steady_trace_every", &TunerParams::steady_trace_every, config, B{1, 3600});
+  f("min_latency_samples", &TunerParams::min_latency_samples, internal, B{1, 1e9});
+  // clang-format on
+}
+
+// The parameters' validation, the one the configuration applies after reading (config.cpp) and
+// the one code that builds TunerParams itself calls: every field within its bounds, and
+// min_ns <= max_ns. Empty when the parameters are coherent, else the field and what is wrong.
+struct TunerParamError {
+  std::string name;    // the field ("min_ns")
+  std::string reason;  // "must not exceed max_ns (1000)"
+};
+std::optional<TunerParamError> check_tuner_params(const TunerParams& p);
+// The same as one line, "min_ns: must not exceed max_ns (1000)"; empty when coherent.
+std::string validate(const TunerParams& p);
+
+}  // namespace haltpolld
