@@ -3,7 +3,7 @@
 #include "daemon.hpp"
 #include "instance_lock.hpp"
 #include "logging.hpp"
-#include "sim/simulate.hpp"
+#include "sim/loop/simulate_guest.hpp"
 
 #include "idle_record.hpp"
 #include "sysfs/actuator.hpp"
@@ -71,7 +71,7 @@ ExitCode restore_originals(const haltpolld::Config& config) {
 }
 
 constexpr AddSubcommand kSubcommands[] = {
-    haltpolld::add_simulate_command,
+    haltpolld::des::add_simulate_command_with_guest,
     add_record_command,
 };
 

@@ -50,14 +50,17 @@ TEST_CASE("des calibration: held-out caps of the real static curve are predicted
     if (!asserted(p.real)) continue;
     ++checked;
     CAPTURE(p.real.load, p.real.cap, p.real.result, p.sim_result, p.real.poll_percent, p.sim.poll_percent_per_cpu);
-    CHECK(std::abs(p.error_percent) <= 15);
-    CHECK(std::abs(p.poll_error_points) <= 5);
+    CHECK(std::abs(p.error_percent) <= kCalibrationTolerance.result_percent);
+    CHECK(std::abs(p.poll_error_points) <= kCalibrationTolerance.poll_points);
     worst_result = std::max(worst_result, std::abs(p.error_percent));
     worst_poll = std::max(worst_poll, std::abs(p.poll_error_points));
   }
   std::printf("held-out points asserted: %d; worst result error %.1f %%, worst poll CPU error %.1f points\n", checked,
               worst_result, worst_poll);
   CHECK(checked >= 15);
+  // The worst errors that `haltpolld simulate --guest` prints still hold.
+  CHECK(worst_result <= kCalibrationTolerance.worst_result_percent + 0.05);
+  CHECK(worst_poll <= kCalibrationTolerance.worst_poll_points + 0.05);
 
   // The features that decide tuning. The timer's trap at 100000: about a third of each CPU
   // polling and still thousands of halts a second (real: 32.5 % and 6189/s), and its polls at
@@ -119,7 +122,8 @@ TEST_CASE("des calibration: halts per second of a run without perf attached", "[
     if (!assert_it) continue;
     ++checked;
     CAPTURE(load, cap, real, r.halts_per_s);
-    CHECK((std::abs(r.halts_per_s - real) <= 200 || std::abs(r.halts_per_s - real) <= 0.25 * real));
+    CHECK((std::abs(r.halts_per_s - real) <= kCalibrationTolerance.halts_per_s ||
+           std::abs(r.halts_per_s - real) <= kCalibrationTolerance.halts_percent / 100 * real));
   }
   CHECK(checked == 4);
 }

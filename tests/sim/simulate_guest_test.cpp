@@ -1,0 +1,121 @@
+// Loads described in JSON (src/sim/des_load_json.hpp) and `haltpolld simulate --guest`
+// (src/sim/loop/simulate_guest.hpp): the shipped loads equal the calibrated builders, malformed
+// descriptions are refused with their position and reason, and the command predicts.
+#include "sim/loop/simulate_guest.hpp"
+#include "sim/des_cell.hpp"
+#include "sim/des_load_json.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+using namespace haltpolld::des;
+
+namespace {
+
+std::string contrib(const std::string& name) { return HALTPOLL_SOURCE_DIR "/contrib/loads/" + name + ".json"; }
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string refusal(const std::string& text, int cpus = 2) {
+  try {
+    parse_load(text, fit_costs(), cpus);
+  } catch (const LoadError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+}  // namespace
+
+TEST_CASE("load json: the shipped pipe is the calibrated pipe, replicated per pair of vCPUs", "[load]") {
+  const Calibration cal = fit_costs();
+  const LoadDescription d = parse_load(slurp(contrib("pipe")), cal, 5);
+  CHECK(d.result == "round_trip");
+  CHECK(d.span == 2);
+  CHECK(d.copies == 2);  // vCPUs 0-1 and 2-3; vCPU 4 stays idle
+  REQUIRE(d.load.threads.size() == 4);
+  CHECK(d.load.threads[2].cpu == 2);
+  CHECK(d.load.threads[3].cpu == 3);
+  CHECK(d.load.channels == 4);
+  // Same program and same results as the builder's pipe on one pair.
+  const LoadDescription one = parse_load(slurp(contrib("pipe")), cal, 2);
+  const CellResult a = run_cell(cal.costs, one.load, 2, 50000, 50'000'000, 200'000'000, 5, one.result);
+  const CellResult b = run_cell(cal.costs, calibrated_pipe(cal), 2, 50000, 50'000'000, 200'000'000, 5, "round_trip");
+  CHECK(a.ops == b.ops);
+  CHECK(a.result_mean_us == b.result_mean_us);
+  CHECK(a.halts_per_s == b.halts_per_s);
+}
+
+TEST_CASE("load json: every shipped load parses and runs", "[load]") {
+  const Calibration cal = fit_costs();
+  for (const char* name : {"pipe", "rr", "db", "timer", "poisson", "idle"}) {
+    CAPTURE(name);
+    const LoadDescription d = parse_load(slurp(contrib(name)), cal, 4);
+    const CellResult r = run_cell(cal.costs, d.load, 4, 0, 10'000'000, 100'000'000, 1, d.result);
+    CHECK(r.idle_entries_per_s > 0);
+    if (std::string(name) != "idle") CHECK(r.ops > 0);
+  }
+}
+
+TEST_CASE("load json: a malformed description is refused with its position and reason", "[load]") {
+  CHECK_THAT(refusal("{\"threads\": [\n  {\"cpu\": 0,, }\n]}"), Catch::StartsWith("line 2, column 13: "));
+  CHECK_THAT(refusal("{\"threads\": [\n  {\"cpu\": 0,, }\n]}"), Catch::Contains("syntax error"));
+  CHECK_THAT(refusal("[]"), Catch::StartsWith("/: a load is a JSON object"));
+  CHECK_THAT(refusal(R"({"thread": []})"), Catch::StartsWith("/thread: unknown key"));
+  CHECK_THAT(refusal(R"({"threads": [{"cpu": 2, "steps": [{"compute_us": 1}]}]})"),
+             Catch::StartsWith("/threads/0/cpu: vCPU 2 on a guest of 2"));
+  CHECK_THAT(refusal(R"({"threads": [{"cpu": 0, "steps": [{"compute_us": 1}, {"sleep": 3}]}]})"),
+             Catch::StartsWith("/threads/0/steps/1: no step kind"));
+  CHECK_THAT(refusal(R"({"threads": [{"cpu": 0, "steps": [{"compute_us": -1}]}]})"),
+             Catch::StartsWith("/threads/0/steps/0/compute_us: must be > 0"));
+  CHECK_THAT(refusal(R"({"threads": [{"cpu": 0, "steps": [{"compute_us": 1, "sigm": 1}]}]})"),
+             Catch::StartsWith("/threads/0/steps/0/sigm: unknown option"));
+  CHECK_THAT(refusal(R"({"threads": [{"cpu": 0, "steps": [{"post": "a", "wait": "a"}]}]})"),
+             Catch::StartsWith("/threads/0/steps/0: one step, two kinds"));
+  CHECK_THAT(refusal(R"({"threads": [{"cpu": 0, "steps": [{"wait": ""}]}]})"),
+             Catch::StartsWith("/threads/0/steps/0/wait: expected a non-empty name"));
+  CHECK_THAT(refusal(R"({"result": "rtt", "threads": [{"cpu": 0, "steps": [{"compute_us": 1}]}]})"),
+             Catch::StartsWith("/result: no step names the metric 'rtt'"));
+  CHECK_THAT(refusal(R"({"span": 1, "threads": [{"cpu": 1, "steps": [{"compute_us": 1}]}]})"),
+             Catch::StartsWith("/span: expected an integer from 2"));
+}
+
+TEST_CASE("simulate --guest: predicts a described load with the calibration error beside it", "[load][loop]") {
+  GuestSimulateOptions o;
+  o.load_path = contrib("pipe");
+  o.setting = "static:50000";
+  o.seconds = 2;
+  std::ostringstream out, err;
+  REQUIRE(run_simulate_guest(o, out, err) == 0);
+  CHECK(err.str().empty());
+  CHECK_THAT(out.str(), Catch::Contains("poll CPU") && Catch::Contains("calibration error: within 5 points") &&
+                            Catch::Contains("round_trip") && Catch::Contains("within 15 %"));
+
+  o.setting = "balanced";
+  o.json = true;
+  o.seconds = 5;
+  std::ostringstream js;
+  REQUIRE(run_simulate_guest(o, js, err) == 0);
+  const auto j = nlohmann::json::parse(js.str());
+  CHECK(j.at("cap_at_end_ns").get<std::uint32_t>() >= 25000);
+  CHECK(j.at("result").at("mean_us").get<double>() < 10);  // fast from the first second on (44 us/op at 0)
+  CHECK(j.at("calibration_error").at("result_percent").get<double>() == 15);
+
+  std::ostringstream bad, why;
+  o.load_path = HALTPOLL_SOURCE_DIR "/tests/sim/data/bad_load.json";
+  CHECK(run_simulate_guest(o, bad, why) == 3);
+  CHECK_THAT(why.str(), Catch::Contains("bad_load.json: /threads/0/steps/1/wait: expected a non-empty name"));
+  o.load_path = contrib("pipe");
+  o.setting = "static:fast";
+  CHECK(run_simulate_guest(o, bad, why) == 2);
+  o.setting = "static";
+  CHECK(run_simulate_guest(o, bad, why) == 2);
+}
