@@ -223,7 +223,8 @@ void Daemon::Impl::refresh_cached_state() {
     effective_mode_ = st->kernel_effective ? "kernel" : "observe";
   }
   kernel_ = read_kernel_haltpoll_params(config_.sysfs_root);
-  fleet_.refresh(config_.sysfs_root, cpus_, st);
+  // "all": every online CPU of the guest, read again each time (CPUs come and go), not the set at start.
+  fleet_.refresh(config_.sysfs_root, config_.cpus == "all" ? std::vector<unsigned>{} : cpus_, st);
 }
 
 void Daemon::Impl::tick() {
@@ -472,7 +473,9 @@ int Daemon::Impl::run() {
     for (const auto& [cpu, reason] : pool_->pin_failures()) spdlog::warn("worker of CPU {} runs unpinned: {}", cpu, reason);
     // The real kernel's edges: its files under sysfs_root, the originals in the state directory.
     ControllerOptions co = controller_options(config_);
-    GuestEdges edges = sysfs_edges(config_.sysfs_root, effective_state_dir(config_), co.cpus);
+    // With "all" the sensors follow the guest's online CPUs (hotplug) rather than the set at start.
+    GuestEdges edges = sysfs_edges(config_.sysfs_root, effective_state_dir(config_),
+                                   config_.cpus == "all" ? std::vector<int>{} : co.cpus);
     controller_ = std::make_unique<Controller>(std::move(co), std::move(edges), pool_.get());
     controller_->start();
     register_control_interface(registry_, *this);

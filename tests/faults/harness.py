@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import fuse_sysfs
@@ -21,13 +22,13 @@ STATE_FILE = STATE_DIR + "/haltpoll-params.json"
 class Tree:
     """backing directory + FUSE mount + a run directory (socket, config, logs) outside the mount."""
 
-    def __init__(self, base):
+    def __init__(self, base, cpus=2):
         self.base = base
         self.back = os.path.join(base, "back")
         self.mnt = os.path.join(base, "mnt")
         self.run = os.path.join(base, "run")
         os.makedirs(self.run, mode=0o755)
-        fuse_sysfs.populate(self.back)
+        fuse_sysfs.populate(self.back, cpus)
         self.mount = fuse_sysfs.Mount(self.back, self.mnt)
         self.fs = self.mount.fs
         self.daemons = []  # every process started on the tree, killed before the unmount
@@ -80,9 +81,9 @@ class Tree:
 
 
 @contextlib.contextmanager
-def tree():
+def tree(cpus=2):
     base = tempfile.mkdtemp(prefix="haltpolld-faults-")
-    t = Tree(base)
+    t = Tree(base, cpus)
     try:
         with t.mount:
             yield t
@@ -204,6 +205,27 @@ def call(path, method, params=None):
         return c.call(method, params)
     finally:
         c.close()
+
+
+class FloorMover(threading.Thread):
+    """Moves the tuner's floor up and down over the socket every `period` s, so that the tuner keeps
+    changing the value (each lowering with a governor round trip). `stop` ends it."""
+
+    def __init__(self, socket_path, period=0.12, floors=(60000, 0)):
+        super().__init__(daemon=True)
+        self.socket_path = socket_path
+        self.period = period
+        self.floors = floors
+        self.stop = threading.Event()
+
+    def run(self):
+        i = 0
+        while not self.stop.wait(self.period):
+            try:
+                call(self.socket_path, "SetConfig", {"config": {"tuner": {"min_ns": self.floors[i % len(self.floors)]}}})
+            except (OSError, ValueError):
+                pass  # killed under us
+            i += 1
 
 
 def kernel_config(**tuner):
