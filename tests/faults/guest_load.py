@@ -10,7 +10,9 @@ as with the kernel's files.
 - online: the CPU is back in `online` with a new cpuidle directory counting from zero (the device
   is registered again) and its /proc/stat line back where it was.
 - steal: `steal_share` of each CPU's time is stolen; `steal_jump()` adds a burst of steal ticks
-  that no tick can hold, `steal_back()` moves the count backwards.
+  that no tick can hold, `steal_back()` moves the count backwards;
+- `poll_burst()`: a CPU's POLL time grows by more than any tick can hold at once (what a tick that
+  comes early sees: residency counted before the tick).
 """
 
 import os
@@ -161,3 +163,11 @@ class GuestLoad:
                 self.stat[c]["steal"] = max(0, self.stat[c]["steal"] - ticks)
             self._write_stat()
             self.flips.append((t0, time.time() * 1000, -1, "steal back"))
+
+    def poll_burst(self, cpu, seconds):
+        """CPU `cpu`'s POLL time grows by `seconds` at once."""
+        with self.lock:
+            t0 = time.time() * 1000
+            self.idle[cpu][1] += int(seconds * 1e6)
+            self._write_cpuidle(cpu)
+            self.flips.append((t0, time.time() * 1000, cpu, "poll burst"))

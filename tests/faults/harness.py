@@ -163,6 +163,19 @@ def stop_and_check(d, t, found, fails):
         fails.append("not put back: %s -> %s" % (found, now))
 
 
+def run_rounds(summary, rounds, one_round):
+    """Runs `one_round()` (-> its failures and a dict of counts) `rounds` times, adding its counts,
+    its failures and whether something was not put back into `summary`; the exit code."""
+    for _ in range(rounds):
+        fails, counts = one_round()
+        summary["rounds"] += 1
+        for k, v in counts.items():
+            summary[k] += v
+        summary["lost"] += any("not put back" in f for f in fails)
+        summary["failures"] += fails
+    return finish(summary)
+
+
 def finish(summary):
     """Prints the campaign's summary; its exit code (1 when anything failed)."""
     print(json.dumps(summary, indent=2))
@@ -184,9 +197,14 @@ class Client:
         self.s.connect(path)
         self.buf = b""
 
-    def call(self, method, params=None):
+    def send(self, method, params=None, more=False):
         msg = {"method": "io.haltpolld." + method, "parameters": params or {}}
+        if more:
+            msg["more"] = True
         self.s.sendall(json.dumps(msg).encode() + b"\0")
+
+    def recv(self):
+        """The next reply (one of a stream's, after send(..., more=True))."""
         while b"\0" not in self.buf:
             chunk = self.s.recv(65536)
             if not chunk:
@@ -194,6 +212,10 @@ class Client:
             self.buf += chunk
         m, _, self.buf = self.buf.partition(b"\0")
         return json.loads(m)
+
+    def call(self, method, params=None):
+        self.send(method, params)
+        return self.recv()
 
     def close(self):
         self.s.close()
