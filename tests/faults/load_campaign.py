@@ -7,8 +7,8 @@ faults of the other campaigns land on it, in turn: CPUs going offline and coming
 jumping and going backwards, a parameter write refused (EBUSY), the state file removed, the daemon
 stopped (SIGSTOP, 3 s) and, between two lives, kill -9 in the middle of a change followed by a new
 start (the hostile clients then connect again). Meanwhile root, in the reserved slots, calls
-GetStatus, GetStats, GetDecisions and GetMetrics every 100 ms and reads Watch streams one after
-another. Every one of those calls must be answered (outside the kill), the daemon's VmRSS and VmHWM
+GetStatus, GetStats, GetDecisions and GetMetrics and reads a Watch stream of three events, over and
+over. Every one of those calls must be answered (outside the kill), the daemon's VmRSS and VmHWM
 must stay under the unit's MemoryMax (128 MiB), and SIGTERM must put every found value back.
 
     tests/faults/load_campaign.py --daemon build/dev/src/daemon/haltpolld [--seconds 30] [--lives 2]
@@ -95,8 +95,8 @@ def memory_kib(pid):
 
 
 class Legit(threading.Thread):
-    """Root's calls, in the administrators' reserved slots: one connection calling the read methods
-    every 100 ms, another reading Watch streams of three events one after another. `pause` (held
+    """Root's calls, in the administrators' reserved slots: a connection that calls the four read
+    methods and then reads a Watch stream of three events (100 ms apart), again and again. `pause` (held
     by the fault thread around a kill and the restart) keeps them off a daemon that is gone."""
 
     def __init__(self):
@@ -118,7 +118,6 @@ class Legit(threading.Thread):
                 break
 
     def run(self):
-        i = 0
         while not self.stop_ev.is_set():
             with self.pause:
                 try:
@@ -129,14 +128,12 @@ class Legit(threading.Thread):
                             if "error" in r:
                                 self.unanswered.append("%s: %s" % (method, r["error"]))
                             self.calls += 1
-                        if i % 3 == 0:
-                            self.watch(c)
-                            self.streams += 1
+                        self.watch(c)
+                        self.streams += 1
                     finally:
                         c.close()
                 except (OSError, ValueError, ConnectionError) as e:
                     self.unanswered.append("%r" % e)
-            i += 1
             self.stop_ev.wait(0.1)
 
 
@@ -151,7 +148,7 @@ def main():
         print("needs root")
         return 1
     rng = random.Random(a.seed)
-    summary = {"campaign": "faults under 120 hostile Watch clients", "lives": 0, "hostile_connections": 0,
+    summary = {"campaign": "faults under 120 hostile Watch clients", "lives": 0, "hostile_connections": 0, "connections_held": [],
                "faults": {}, "legit_calls": 0, "watch_streams": 0, "unanswered": 0, "peak_vmrss_kib": 0,
                "peak_vmhwm_kib": 0, "memory_max_kib": MEMORY_MAX_KIB, "lost": 0, "failures": []}
     fails = summary["failures"]
@@ -162,6 +159,7 @@ def main():
 
     children = []
     with harness.tree(cpus=CPUS) as t:
+        os.chmod(t.base, 0o755)  # the hostile uids reach the socket in t.run
         load = GuestLoad(t.back, CPUS, poll_share=0.30).start()
         found = t.found()
         cfg = harness.kernel_config(policy="budget", max_poll_cpu_percent=10)
@@ -179,6 +177,12 @@ def main():
                     pid, got = hostile(d.socket, uid, 32)
                     children.append(pid)
                     summary["hostile_connections"] += got
+                # What the daemon holds of them (the connects all succeed; the daemon refuses past
+                # its limits): the per-uid cap and the reserve leave 120, root's own come on top.
+                held = harness.call(d.socket, "GetStatus").get("parameters", {}).get("control", {}).get("connections", 0)
+                summary["connections_held"].append(held)
+                if held < 100:
+                    fails.append("life %d: the daemon holds only %d connections of the hostile clients" % (life, held))
                 legit.socket_path = d.socket
                 if life == 0:
                     legit.start()
@@ -202,15 +206,15 @@ def main():
                     elif kind == 1:
                         (load.steal_jump(30) if rng.random() < 0.5 else load.steal_back(50))
                         count("steal jump/backwards")
-                    elif kind == 2:
+                    elif kind == 4:
                         t.fs.fail(PARAMS_DIR + "/guest_halt_poll_ns", errno.EBUSY, count=1)
                         count("write refused (EBUSY)")
-                    elif kind == 4:
+                    elif kind == 2:
                         try:
                             os.unlink(t.state_file())
                             count("state file removed")
                         except FileNotFoundError:
-                            pass
+                            pass  # nothing changed at the moment (observe after a refusal)
                     elif kind == 5 and k % 12 == 5:
                         d.kill(signal.SIGSTOP)
                         time.sleep(3)
@@ -246,9 +250,6 @@ def main():
                 fails.append("the daemon's memory was never read")
             if summary["peak_vmhwm_kib"] >= MEMORY_MAX_KIB:
                 fails.append("VmHWM %d KiB reached MemoryMax" % summary["peak_vmhwm_kib"])
-            if summary["hostile_connections"] < 100 * summary["lives"]:
-                fails.append("only %d hostile connections in %d lives" % (summary["hostile_connections"],
-                                                                         summary["lives"]))
             if d is not None:
                 harness.stop_and_check(d, t, found, fails)
                 summary["lost"] = int(any("not put back" in f for f in fails))
