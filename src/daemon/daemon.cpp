@@ -3,17 +3,17 @@
 #include "control/control_server.hpp"
 #include "control/control_service.hpp"
 #include "control/controller_json.hpp"
-#include "fleet_metrics.hpp"
-#include "tuning/controller.hpp"
-#include "instance_lock.hpp"
-#include "logging.hpp"
+#include "control/daemon_reports.hpp"
 #include "control/prometheus.hpp"
-#include "sysfs/file_io.hpp"
-#include "sysfs/sysfs_edges.hpp"
+#include "daemon_options.hpp"
+#include "logging.hpp"
+#include "metrics_textfile.hpp"
 #include "notify.hpp"
+#include "sysfs/sysfs_edges.hpp"
+#include "tick_state.hpp"
+#include "tuning/controller.hpp"
 #include "varlink/varlink.hpp"
 
-#include "haltpoll/affinity.hpp"
 #include "haltpoll/barrier.hpp"
 #include "haltpoll/version.hpp"
 #include "haltpoll/worker_pool.hpp"
@@ -23,11 +23,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <csignal>
 #include <ctime>
 #include <optional>
@@ -40,30 +38,10 @@ using nlohmann::json;
 
 namespace {
 
-// The library's affinity_cpus() (cgroup cpusets included), as the config's CPU numbers.
-std::vector<unsigned> affinity_cpus() {
-  std::vector<unsigned> cpus;
-  for (int c : haltpoll::affinity_cpus()) cpus.push_back(static_cast<unsigned>(c));
-  return cpus;
-}
-
 std::uint64_t monotonic_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-// Wake-latency buckets of the exposition: 1-2-5 steps from 100 ns to 100 ms. Fixed bounds keep the
-// Prometheus series stable; the pool's own histogram is much finer.
-const std::vector<std::uint64_t>& exposition_bounds() {
-  static const std::vector<std::uint64_t> b = [] {
-    std::vector<std::uint64_t> v;
-    for (std::uint64_t decade = 100; decade <= 100'000'000; decade *= 10)
-      for (std::uint64_t m : {1, 2, 5})
-        if (decade * m <= 100'000'000) v.push_back(decade * m);
-    return v;
-  }();
-  return b;
 }
 
 }  // namespace
@@ -97,13 +75,12 @@ struct Daemon::Impl final : ControlBackend {
   void schedule_watchdog(std::chrono::microseconds period);
   void tick();
   void apply(const Config& next);
-  std::optional<gid_t> admin_gid_of(const Config& c) const;
   ControllerOptions controller_options(const Config& c) const;
-  ControlServerOptions server_options(const Config& c) const;
   std::string status_line() const;
   void write_textfile();
-  void remove_textfile();
-  bool take_locks();
+  // One Controller::status() and what follows from it (control/daemon_snapshot.hpp).
+  DaemonSnapshot take_snapshot() const;
+  ShellFacts facts() const;
 
   Config config_;
   std::string config_file_;
@@ -114,9 +91,7 @@ struct Daemon::Impl final : ControlBackend {
   asio::steady_timer watchdog_timer_;
   varlink::Registry registry_;
   std::vector<InstanceLock> locks_;
-  // The textfile's directory, opened once: every write is an openat/renameat into it.
-  std::optional<DirectoryHandle> textfile_dir_;
-  WrittenFile textfile_written_;
+  MetricsTextfile textfile_;
   std::unique_ptr<ControlServer> server_;
   std::unique_ptr<haltpoll::WorkerPool> pool_;
   std::unique_ptr<Controller> controller_;
@@ -125,34 +100,8 @@ struct Daemon::Impl final : ControlBackend {
   std::uint64_t ticks_ = 0;
   std::uint64_t reloads_ = 0;
   std::uint64_t reload_failures_ = 0;
-  std::string textfile_error_;
-  // Refreshed every tick, so that GetStats (the hot read) neither locks the controller nor reads sysfs.
-  std::string effective_mode_ = "observe";
-  KernelHaltpollParams kernel_;
-  FleetMetrics fleet_;
-  KernelSignalsStats kernel_signals_;  // the last tick's kernel signals and their running totals
-  void refresh_cached_state();
+  TickState ticked_;  // the last tick's snapshot and what GetStats derives from it
 };
-
-std::optional<gid_t> Daemon::Impl::admin_gid_of(const Config& c) const {
-  if (c.socket.admin_group.empty()) return std::nullopt;
-  auto gid = resolve_group(c.socket.admin_group);
-  if (!gid) throw ConfigError("/socket/admin_group", "no group named \"" + c.socket.admin_group + "\" on this system");
-  return gid;
-}
-
-ControlServerOptions Daemon::Impl::server_options(const Config& c) const {
-  ControlServerOptions o;
-  o.path = c.socket.path;
-  o.mode = c.socket.mode;
-  o.admin_gid = admin_gid_of(c);
-  o.max_connections = c.socket.max_connections;
-  o.max_connections_per_uid = c.socket.max_connections_per_uid;
-  o.idle_timeout_ms = c.socket.idle_timeout_ms;
-  o.calls_per_second_per_uid = c.socket.calls_per_second_per_uid;
-  o.call_burst_per_uid = c.socket.call_burst_per_uid;
-  return o;
-}
 
 ControllerOptions Daemon::Impl::controller_options(const Config& c) const {
   ControllerOptions o;
@@ -215,71 +164,29 @@ void Daemon::Impl::schedule_watchdog(std::chrono::microseconds period) {
   });
 }
 
-void Daemon::Impl::refresh_cached_state() {
-  effective_mode_ = std::string(to_string(config_.mode));
-  std::optional<ControllerStatus> st;
-  if (controller_) {
-    st = controller_->status();
-    effective_mode_ = st->kernel_effective ? "kernel" : "observe";
-  }
-  kernel_ = read_kernel_haltpoll_params(config_.sysfs_root);
-  // "all": every online CPU of the guest, read again each time (CPUs come and go), not the set at start.
-  fleet_.refresh(config_.sysfs_root, config_.cpus == "all" ? std::vector<unsigned>{} : cpus_, st);
+DaemonSnapshot Daemon::Impl::take_snapshot() const {
+  return make_snapshot(config_.mode, controller_ ? std::optional(controller_->status()) : std::nullopt, config_.sysfs_root);
 }
 
 void Daemon::Impl::tick() {
   ++ticks_;
   if (controller_) {
     try {
-      fleet_.record(controller_->tick());
+      ticked_.record(controller_->tick());
     } catch (const std::exception& e) {
       spdlog::error("tuner tick failed: {}", e.what());
     }
-    if (auto o = controller_->last_observation()) kernel_signals_.record(o->tick, o->kernel, o->steal_percent);
-    kernel_signals_.cpuidle_status = controller_->cpuidle_status();
   }
-  refresh_cached_state();
+  ticked_.refresh(take_snapshot());
   write_textfile();
   notify::status(status_line());
 }
 
 void Daemon::Impl::write_textfile() {
-  const std::string& path = config_.metrics.textfile;
-  if (path.empty()) return;
-  const auto slash = path.rfind('/');
-  int e = 0;
-  if (!textfile_dir_) textfile_dir_ = DirectoryHandle::open(slash == 0 ? "/" : path.substr(0, slash), e);
-  if (textfile_dir_) {
-    e = textfile_dir_->replace(path.substr(slash + 1), render_prometheus(stats()), {.mode = 0644}, &textfile_written_);
-  }
-  const std::string err = e == 0 ? std::string() : errno_message("replace", path, e);
-  if (err != textfile_error_) {
-    // Log a failure once, and its recovery once, not every tick.
-    if (err.empty()) spdlog::info("metrics textfile {} written again", path);
-    else spdlog::warn("metrics textfile: {}", err);
-    textfile_error_ = err;
-  }
+  if (!config_.metrics.textfile.empty()) textfile_.write(config_.metrics.textfile, render_prometheus(stats()));
 }
 
-void Daemon::Impl::remove_textfile() {
-  // Only the file this process wrote: whatever has replaced it since is not ours to delete.
-  if (textfile_dir_ && textfile_written_.valid()) {
-    const std::string& path = config_.metrics.textfile;
-    textfile_dir_->remove_if_same(path.substr(path.rfind('/') + 1), textfile_written_);
-  }
-  textfile_written_ = WrittenFile();
-}
-
-std::string Daemon::Impl::status_line() const {
-  std::string mode = std::string(to_string(config_.mode));
-  std::string line = mode + " mode, " + std::to_string(cpus_.size()) + " CPUs";
-  if (controller_) {
-    const ControllerStatus s = controller_->status();
-    line = std::string(s.kernel_effective ? "kernel" : "observe") + " mode, " + std::to_string(cpus_.size()) + " CPUs";
-    line += ", tuner at " + std::to_string(s.tuner.current_ns) + " ns";
-  }
-  return line;
-}
+std::string Daemon::Impl::status_line() const { return daemon_status_line(ticked_.snapshot(), cpus_.size()); }
 
 void Daemon::Impl::apply(const Config& next) {
   if (next.log.level != config_.log.level) setup_logging(next.log.level);
@@ -293,7 +200,7 @@ void Daemon::Impl::apply(const Config& next) {
   else if (controller_ && (next.probe.rate_hz != old.probe.rate_hz || interval_changed))
     controller_->update(controller_options(next));
   if (interval_changed) schedule_tick();
-  refresh_cached_state();
+  ticked_.refresh(take_snapshot());
   spdlog::info("config applied: {}", to_json(config_).dump());
 }
 
@@ -328,7 +235,7 @@ ReloadResult Daemon::Impl::reload() {
 
 void Daemon::Impl::reset_stats() {
   if (pool_) pool_->reset_stats();
-  kernel_signals_.totals.reset();
+  ticked_.reset_totals();
   spdlog::info("statistics reset");
 }
 
@@ -338,110 +245,28 @@ json Daemon::Impl::decisions(std::size_t limit) {
   return decisions_to_json(d);
 }
 
-StatsSnapshot Daemon::Impl::stats() {
-  StatsSnapshot s;
-  s.version = HALTPOLL_VERSION_STRING;
-  s.mode = effective_mode_;
-  s.backend = haltpoll::to_string(haltpoll::active_backend());
-  s.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  s.monotonic_ns = monotonic_ns();
-  s.kernel = kernel_;
-  s.fleet = fleet_.series();
-  s.kernel_signals = kernel_signals_;
-  s.tuner_ticks = ticks_;
-  s.config_reloads = reloads_;
-  s.config_reload_failures = reload_failures_;
-  if (server_) {
-    auto c = server_->counters();
-    s.control_connections = c.connections_open;
-    s.control_connections_total = c.connections_total;
-    s.control_requests_total = c.requests_total;
-    s.control_errors_total = c.errors_total;
-    s.control_rejected_total = c.rejected_total;
-  }
-  if (pool_) {
-    s.pin_failures = pool_->pin_failures().size();
-    const auto& bounds = exposition_bounds();
-    for (const haltpoll::WorkerStats& w : pool_->all_stats()) s.cpus.push_back(CpuStats::of(w, bounds));
-    return s;
-  }
-  for (unsigned cpu : cpus_) {
-    CpuStats c;
-    c.cpu = cpu;
-    s.cpus.push_back(c);
-  }
-  return s;
+ShellFacts Daemon::Impl::facts() const {
+  ShellFacts f;
+  f.version = HALTPOLL_VERSION_STRING;
+  f.pid = static_cast<int>(::getpid());
+  f.backend = haltpoll::to_string(haltpoll::active_backend());
+  f.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  f.monotonic_ns = monotonic_ns();
+  f.cpus = cpus_;
+  f.config_file = config_file_;
+  f.ticks = ticks_;
+  f.reloads = reloads_;
+  f.reload_failures = reload_failures_;
+  if (server_) f.control = server_->counters();
+  f.textfile_error = textfile_.error();
+  return f;
 }
+
+StatsSnapshot Daemon::Impl::stats() { return daemon_stats(ticked_.snapshot(), ticked_.fleet(), ticked_.kernel_signals(), facts(), pool_.get()); }
 
 json Daemon::Impl::status() {
-  json s;
-  s["version"] = HALTPOLL_VERSION_STRING;
-  s["pid"] = ::getpid();
-  s["requested_mode"] = to_string(config_.mode);
-  s["mode"] = to_string(config_.mode);
-  s["mode_reason"] = config_.mode == Mode::observe ? "observe requested by the configuration" : "kernel mode active";
-  json controller = nullptr;
-  if (controller_) {
-    const ControllerStatus c = controller_->status();
-    s["mode"] = c.kernel_effective ? "kernel" : "observe";
-    if (!c.kernel_mode_inactive_reason.empty() && config_.mode == Mode::kernel) s["mode_reason"] = c.kernel_mode_inactive_reason;
-    controller = status_to_json(c);
-  }
-  s["backend"] = haltpoll::to_string(haltpoll::active_backend());
-  s["cpus"] = cpus_;
-  s["uptime_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  s["config_file"] = config_file_;
-  s["kernel"] = to_json(read_kernel_haltpoll_params(config_.sysfs_root));
-  {
-    // Which kernel signals the daemon has, and why not: the summary of GetStats' kernel_signals.
-    const json ks = kernel_signals_to_json(kernel_signals_, std::nullopt, false);
-    s["kernel_signals"] = {{"available", ks["available"]}, {"reason", ks["reason"]}, {"counters", ks["counters"]},
-                           {"cpuidle", ks["cpuidle"]}, {"bpf", ks["bpf"]}};
-  }
-  json pool = nullptr;
-  if (pool_) {
-    json failures = json::array();
-    for (const auto& [cpu, why] : pool_->pin_failures()) failures.push_back({{"cpu", cpu}, {"reason", why}});
-    pool = {{"cpus", pool_->cpus()}, {"policy", config_.pool.policy}, {"window_cap_ns", pool_->window_cap_ns()},
-            {"pin_failures", failures}};
-  }
-  s["pool"] = pool;
-  s["controller"] = controller;
-  auto c = server_ ? server_->counters() : ControlServerCounters{};
-  s["control"] = {{"socket", config_.socket.path},
-                  {"connections", c.connections_open},
-                  {"requests_total", c.requests_total},
-                  {"rate_limited_total", c.rate_limited_total},
-                  {"max_connections", config_.socket.max_connections}};
-  s["metrics_textfile"] = config_.metrics.textfile.empty() ? json(nullptr) : json(config_.metrics.textfile);
-  if (!textfile_error_.empty()) s["metrics_textfile_error"] = textfile_error_;
-  return s;
-}
-
-bool Daemon::Impl::take_locks() {
-  std::string why;
-  auto lock = InstanceLock::acquire(config_.socket.path + ".lock", why);
-  if (!lock) {
-    spdlog::critical("{}", why);
-    return false;
-  }
-  locks_.push_back(std::move(*lock));
-  // The resources themselves: whatever the socket, one daemon per state directory and sysfs root.
-  const std::string state_dir = effective_state_dir(config_);
-  std::error_code ec;
-  if (!std::filesystem::exists(state_dir, ec) && std::filesystem::create_directories(state_dir, ec))
-    ::chmod(state_dir.c_str(), 0700);
-  std::vector<std::pair<std::string, const char*>> dirs = {{state_dir, "state directory"}};
-  if (config_.sysfs_root != state_dir) dirs.emplace_back(config_.sysfs_root, "sysfs root");
-  for (const auto& [dir, what] : dirs) {
-    auto dir_lock = InstanceLock::acquire_directory(dir, what, why);
-    if (!dir_lock) {
-      spdlog::critical("{}", why);
-      return false;
-    }
-    locks_.push_back(std::move(*dir_lock));
-  }
-  return true;
+  // A fresh snapshot: GetStatus shows the parameters as they are now, not as at the last tick.
+  return daemon_status_json(config_, take_snapshot(), ticked_.kernel_signals(), facts(), pool_.get());
 }
 
 int Daemon::Impl::run() {
@@ -450,11 +275,13 @@ int Daemon::Impl::run() {
   ::signal(SIGPIPE, SIG_IGN);
   spdlog::info("haltpolld {} starting", HALTPOLL_VERSION_STRING);
   spdlog::info("effective config: {}", to_json(config_).dump());
-  if (!take_locks()) return ExitCode::already_running;
+  auto locks = take_instance_locks(config_);
+  if (!locks) return ExitCode::already_running;
+  locks_ = std::move(*locks);
 
   ControlServerOptions server_opts;
   try {
-    cpus_ = expand_cpus(config_.cpus, affinity_cpus());
+    cpus_ = configured_cpus(config_);
     server_opts = server_options(config_);
   } catch (const ConfigError& e) {
     spdlog::critical("{}", e.what());
@@ -462,14 +289,7 @@ int Daemon::Impl::run() {
   }
 
   try {
-    haltpoll::PoolOptions po;
-    for (unsigned cpu : cpus_) po.cpus.push_back(static_cast<int>(cpu));
-    po.policy = config_.pool.policy;
-    po.params.haltpoll = config_.pool.haltpoll;
-    po.window_cap_ns = config_.pool.window_cap_ns;
-    // The probes are the daemon's latency samples (a few per second): stamp every one of them.
-    po.latency_sample_every = 1;
-    pool_ = std::make_unique<haltpoll::WorkerPool>(po);
+    pool_ = std::make_unique<haltpoll::WorkerPool>(pool_options(config_, cpus_));
     for (const auto& [cpu, reason] : pool_->pin_failures()) spdlog::warn("worker of CPU {} runs unpinned: {}", cpu, reason);
     // The real kernel's edges: its files under sysfs_root, the originals in the state directory.
     ControllerOptions co = controller_options(config_);
@@ -487,7 +307,7 @@ int Daemon::Impl::run() {
     return ExitCode::runtime_error;
   }
 
-  refresh_cached_state();
+  ticked_.refresh(take_snapshot());
   wait_for_signal();
   schedule_tick();
   if (auto period = notify::watchdog_period()) {
@@ -515,7 +335,7 @@ int Daemon::Impl::run() {
   }
   if (pool_) pool_->shutdown(haltpoll::ShutdownMode::cancel);
   // A stale textfile would keep reporting the last values as if the daemon still ran.
-  remove_textfile();
+  textfile_.remove(config_.metrics.textfile);
   spdlog::info("stopped");
   return ExitCode::ok;
 }

@@ -1,7 +1,5 @@
 #include "fleet_metrics.hpp"
 
-#include "sysfs/sensors.hpp"
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,24 +22,18 @@ void FleetMetrics::record(const Decision& d) {
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-void FleetMetrics::refresh(const std::string& sysfs_root, const std::vector<unsigned>& cpus,
-                           const std::optional<ControllerStatus>& st) {
-  Sensors sensors(sysfs_root, std::vector<int>(cpus.begin(), cpus.end()));
+void FleetMetrics::refresh(const DaemonSnapshot& snapshot) {
+  const std::optional<ControllerStatus>& st = snapshot.controller;
+  const Observation* obs = st && st->last_observation ? &*st->last_observation : nullptr;
   series_.cpuidle.clear();
-  for (int cpu : sensors.cpus()) {
-    if (auto c = sensors.read_cpuidle(cpu))
-      series_.cpuidle.push_back({static_cast<unsigned>(cpu), c->poll_usage, c->poll_time_us, c->halt_usage, c->halt_time_us});
-  }
   series_.steal_seconds.reset();
-  if (auto t = sensors.read_proc_stat()) {
+  if (obs) {
+    series_.cpuidle = obs->cpuidle_totals;
     const long hz = ::sysconf(_SC_CLK_TCK);
-    if (hz > 0) series_.steal_seconds = static_cast<double>(t->steal) / static_cast<double>(hz);
+    if (obs->steal_ticks_total && hz > 0) series_.steal_seconds = static_cast<double>(*obs->steal_ticks_total) / static_cast<double>(hz);
   }
-  series_.mode = st && st->kernel_effective ? "kernel" : "observe";
-  // The alerts tell a configured observe mode from a kernel mode that failed by this wording.
-  if (series_.mode == "kernel") series_.mode_reason.clear();
-  else if (!st || !st->kernel_requested) series_.mode_reason = "observe requested by the configuration";
-  else series_.mode_reason = st->kernel_mode_inactive_reason;
+  series_.mode = std::string(to_string(snapshot.mode.mode));
+  series_.mode_reason = snapshot.mode.reason;
   series_.state_file_pending = false;
   series_.tuner_policy.clear();
   series_.steal_backoff_ratio.reset();

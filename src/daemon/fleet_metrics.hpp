@@ -1,18 +1,15 @@
 // FleetMetrics: collects the FleetSeries of the Prometheus exposition (control/prometheus.hpp) on the control
 // thread. record() counts each tick's Decision by action and stamps the last change of the tuner's
-// value; refresh() re-reads the cumulative cpuidle counters and /proc/stat through Sensors (the
-// same parsing the tuner's deltas come from) and takes mode, reason, policy, back-off threshold and
-// the state file's fate from Controller::status(). Kept apart from control/prometheus.cpp so that the writer
+// value; refresh() takes everything else from the tick's DaemonSnapshot (control/daemon_snapshot.hpp):
+// the cumulative cpuidle counters and /proc/stat steal the tick's Observation was computed from (no
+// file is read again), the effective mode and reason, and the policy, back-off threshold and state
+// file's fate from Controller::status(). Kept apart from control/prometheus.cpp so that the writer
 // stays pure formatting (the fuzz targets compile it alone). Not thread-safe: one thread calls all.
 #pragma once
 
+#include "control/daemon_snapshot.hpp"
 #include "control/stats.hpp"
-#include "tuning/controller_status.hpp"
 #include "tuning/decision.hpp"
-
-#include <optional>
-#include <string>
-#include <vector>
 
 namespace haltpolld {
 
@@ -20,9 +17,7 @@ class FleetMetrics {
  public:
   FleetMetrics();
   void record(const Decision& d);
-  // `controller_status` is Controller::status() (empty without a controller).
-  void refresh(const std::string& sysfs_root, const std::vector<unsigned>& cpus,
-               const std::optional<ControllerStatus>& controller_status);
+  void refresh(const DaemonSnapshot& snapshot);
   const FleetSeries& series() const noexcept { return series_; }
 
  private:

@@ -1,7 +1,8 @@
-// The fleet series of the Prometheus writer: FleetMetrics fed by a real Controller on a fake sysfs
-// tree (cumulative cpuidle counters, steal, mode and reason, pending state file, decisions), the
+// The fleet series of the Prometheus writer: FleetMetrics fed by the snapshots of a real Controller on
+// a fake sysfs tree (cumulative cpuidle counters, steal, mode and reason, pending state file, decisions), the
 // exposition checked by the real `promtool check metrics`, and the textfile's mode under the
 // unit's UMask=0077.
+#include "control/daemon_snapshot.hpp"
 #include "control/prometheus.hpp"
 #include "sysfs/file_io.hpp"
 #include "sysfs/sysfs_edges.hpp"
@@ -44,6 +45,11 @@ std::string render(const FleetMetrics& f) {
   return render_prometheus(s);
 }
 
+// The daemon's snapshot of the Controller as it is now: its status carries the last tick's Observation.
+DaemonSnapshot snapshot_of(const Controller& c) {
+  return make_snapshot(c.options().kernel_mode ? Mode::kernel : Mode::observe, c.status(), "/nonexistent-root");
+}
+
 bool has_line(const std::string& text, const std::string& line) { return text.find("\n" + line + "\n") != std::string::npos; }
 
 // promtool reads the exposition on stdin; a temporary file keeps the Subprocess helper one-way.
@@ -68,7 +74,11 @@ TEST_CASE("fleet series: cumulative cpuidle counters and steal, exactly as the t
   Controller c(options(false, 0), sysfs_edges(fs.root(), dir.path(), {0, 1}), std::unique_ptr<PoolAccess>{});
   c.start();
   FleetMetrics f;
-  f.refresh(fs.root(), {0, 1}, c.status());
+  f.refresh(snapshot_of(c));
+  // Before the first tick there is no Observation, hence no counters: the series are not read apart.
+  CHECK(f.series().cpuidle.empty());
+  c.tick();
+  f.refresh(snapshot_of(c));
   const std::string t = render(f);
   CHECK(has_line(t, "# TYPE haltpoll_kernel_idle_entries_total counter"));
   CHECK(has_line(t, "haltpoll_kernel_idle_entries_total{cpu=\"0\"} 1311"));
@@ -83,9 +93,10 @@ TEST_CASE("fleet series: cumulative cpuidle counters and steal, exactly as the t
   CHECK(has_line(t, "haltpoll_tuner_steal_backoff_ratio 0.125"));
   CHECK(has_line(t, "haltpoll_tuner_info{policy=\"static\"} 1"));
 
-  // The counters are read afresh, not reduced to deltas: a later refresh shows the new totals.
+  // The totals, not the tick's deltas: the next tick's snapshot shows the new totals.
   fs.set_state(0, 0, "POLL", 2000, 6'000'000);
-  f.refresh(fs.root(), {0, 1}, c.status());
+  c.tick();
+  f.refresh(snapshot_of(c));
   CHECK(has_line(render(f), "haltpoll_kernel_poll_entries_total{cpu=\"0\"} 2000"));
 
   auto [rc, out] = promtool_check_metrics(t);
@@ -99,8 +110,10 @@ TEST_CASE("fleet series: no cpuidle states, no per-CPU kernel series (not zeros)
   TempDir dir;
   Controller c(options(false, 0), sysfs_edges(fs.root(), dir.path(), {0, 1}), std::unique_ptr<PoolAccess>{});
   c.start();
+  c.tick();  // an Observation, without cpuidle totals
   FleetMetrics f;
-  f.refresh(fs.root(), {0, 1}, c.status());
+  f.refresh(snapshot_of(c));
+  REQUIRE(f.series().steal_seconds.has_value());  // the tick's /proc/stat reached the series
   const std::string t = render(f);
   CHECK(t.find("haltpoll_kernel_idle_entries_total") == std::string::npos);
   CHECK(t.find("haltpoll_kernel_poll_seconds_total") == std::string::npos);
@@ -117,7 +130,7 @@ TEST_CASE("fleet series: mode and reason") {
     Controller c(options(true, 30000), sysfs_edges(fs.root(), dir.path(), {0, 1}), std::unique_ptr<PoolAccess>{});
     c.start();
     FleetMetrics f;
-    f.refresh(fs.root(), {0, 1}, c.status());
+    f.refresh(snapshot_of(c));
     CHECK(has_line(render(f), "haltpoll_kernel_mode_info{mode=\"kernel\",reason=\"\"} 1"));
     c.stop();
   }
@@ -126,7 +139,7 @@ TEST_CASE("fleet series: mode and reason") {
     Controller c(options(true, 30000), sysfs_edges(fs.root(), dir.path(), {0, 1}), std::unique_ptr<PoolAccess>{});
     c.start();
     FleetMetrics f;
-    f.refresh(fs.root(), {0, 1}, c.status());
+    f.refresh(snapshot_of(c));
     CHECK(f.series().mode == "observe");
     CHECK(f.series().mode_reason.find("'menu'") != std::string::npos);
     CHECK(render(f).find("haltpoll_kernel_mode_info{mode=\"observe\",reason=\"cpuidle current_governor is 'menu'") !=
@@ -134,7 +147,7 @@ TEST_CASE("fleet series: mode and reason") {
   }
   SECTION("no controller status: observe, and the reason says the configuration (nothing to report)") {
     FleetMetrics f;
-    f.refresh("/nonexistent-root", {}, std::nullopt);
+    f.refresh(make_snapshot(Mode::observe, std::nullopt, "/nonexistent-root"));
     CHECK(f.series().mode == "observe");
     CHECK(f.series().cpuidle.empty());
     CHECK_FALSE(f.series().steal_seconds.has_value());
@@ -150,7 +163,7 @@ TEST_CASE("fleet series: a state file this run could not put back is pending, ou
     c.tick();  // the static value differs from the tree's 200000: originals saved, value written
     REQUIRE(std::filesystem::exists(c.state_file()));
     FleetMetrics f;
-    f.refresh(fs.root(), {0, 1}, c.status());
+    f.refresh(snapshot_of(c));
     CHECK_FALSE(f.series().state_file_pending);
     CHECK(has_line(render(f), "haltpoll_state_file_pending 0"));
     c.stop();
@@ -160,7 +173,7 @@ TEST_CASE("fleet series: a state file this run could not put back is pending, ou
     Controller c(options(true, 30000), sysfs_edges(fs.root(), dir.path(), {0, 1}), std::unique_ptr<PoolAccess>{});
     c.start();  // recover() refuses the file and leaves it in place
     FleetMetrics f;
-    f.refresh(fs.root(), {0, 1}, c.status());
+    f.refresh(snapshot_of(c));
     CHECK(f.series().state_file_pending);
     CHECK(has_line(render(f), "haltpoll_state_file_pending 1"));
   }
@@ -172,7 +185,7 @@ TEST_CASE("fleet series: decisions by action and the time of the last change") {
   Controller c(options(true, 30000), sysfs_edges(fs.root(), dir.path(), {0, 1}), std::unique_ptr<PoolAccess>{});
   c.start();
   FleetMetrics f;
-  f.refresh(fs.root(), {0, 1}, c.status());
+  f.refresh(snapshot_of(c));
   CHECK(render(f).find("haltpoll_tuner_last_change_timestamp_seconds") == std::string::npos);
   const double before = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::array<std::uint64_t, 5> expect{};

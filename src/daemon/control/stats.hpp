@@ -48,13 +48,8 @@ struct CpuStats {
 nlohmann::json to_json(const KernelHaltpollParams& k);
 
 // The series a fleet scrapes beside the pool's: the kernel's cumulative cpuidle counters per CPU
-// (unreduced, so that Prometheus takes the rates), steal time, and the tuner's and actuator's
+// (KernelCpuidleCounters, signals/kernel_signals.hpp), steal time, and the tuner's and actuator's
 // state. Collected by FleetMetrics (fleet_metrics.hpp); here only the plain values to render.
-struct KernelCpuidleCounters {
-  unsigned cpu = 0;
-  std::uint64_t poll_entries = 0, poll_us = 0;  // state POLL
-  std::uint64_t halts = 0, halt_us = 0;         // every other state
-};
 
 struct FleetSeries {
   std::vector<KernelCpuidleCounters> cpuidle;  // empty when the guest has no cpuidle states

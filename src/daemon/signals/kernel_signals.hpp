@@ -24,6 +24,14 @@ struct CpuIdleDelta {
   std::uint64_t halt_ns = 0;
 };
 
+// The cpuidle counters of one CPU as the kernel reports them, cumulative since boot (unreduced, so
+// that Prometheus takes the rates of the fleet series).
+struct KernelCpuidleCounters {
+  unsigned cpu = 0;
+  std::uint64_t poll_entries = 0, poll_us = 0;  // state POLL
+  std::uint64_t halts = 0, halt_us = 0;         // every other state
+};
+
 // The kernel's own idle accounting of one CPU during one tick. The cpuidle counters are exact
 // (entries and residency of the POLL state and of the halt states); the split of the polls into
 // hits and misses is exact only when the eBPF program counts outcomes (`outcomes_exact`), and is

@@ -70,6 +70,11 @@ struct Observation {
   std::string penalty_source;
 
   std::vector<CpuIdleDelta> cpuidle;  // empty when the guest has no cpuidle states
+  // The cumulative counters the deltas were taken from, as the kernel has them (since boot), so that
+  // the fleet series export them unreduced without reading the files a second time: per CPU with
+  // cpuidle states, and the aggregate steal of /proc/stat in USER_HZ ticks.
+  std::vector<KernelCpuidleCounters> cpuidle_totals;
+  std::optional<std::uint64_t> steal_ticks_total;
   // The kernel's signals of the tick, per CPU: the tuner's primary input.
   KernelSignals kernel;
   ProbeSummary probes;

@@ -82,13 +82,18 @@ std::optional<std::string> read_small_file(const std::string& path) {
   return s;
 }
 
+std::optional<std::uint64_t> parse_u64(const std::string& s) {
+  if (s.empty() || s.size() > 20) return std::nullopt;
+  std::uint64_t v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc{} || r.ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
 std::optional<std::uint64_t> read_u64_file(const std::string& path) {
   auto s = read_small_file(path);
-  if (!s || s->empty() || s->size() > 20) return std::nullopt;
-  std::uint64_t v = 0;
-  const auto r = std::from_chars(s->data(), s->data() + s->size(), v);
-  if (r.ec != std::errc{} || r.ptr != s->data() + s->size()) return std::nullopt;
-  return v;
+  if (!s) return std::nullopt;
+  return parse_u64(*s);
 }
 
 std::string join_path(const std::string& root, const std::string& rel) {

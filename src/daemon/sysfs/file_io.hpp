@@ -31,6 +31,8 @@ std::optional<std::string> read_small_file(const std::string& path);
 
 // A file holding one unsigned decimal number (sysfs style); empty optional on anything else.
 std::optional<std::uint64_t> read_u64_file(const std::string& path);
+// The same parsing of text already read (read_small_file's trimmed content).
+std::optional<std::uint64_t> parse_u64(const std::string& text);
 
 // `root` + "/" + `rel` without doubling the slash; root "" or "/" gives "/rel".
 std::string join_path(const std::string& root, const std::string& rel);

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace haltpolld {
 
@@ -21,5 +23,11 @@ struct KernelHaltpollParams {
   bool present = false;  // the module directory exists
 };
 KernelHaltpollParams read_kernel_haltpoll_params(const std::string& sysfs_root);
+
+// The same from the files' contents already read, as (name, content) pairs with an empty content
+// for an unreadable file (ControllerStatus::Kernel::params, the actuator's reading of the table):
+// a name missing from `read` stays empty.
+using KernelParamReadings = std::vector<std::pair<std::string, std::optional<std::string>>>;
+KernelHaltpollParams parse_kernel_haltpoll_params(const KernelParamReadings& read);
 
 }  // namespace haltpolld

@@ -254,6 +254,8 @@ Observation Sensors::sample(std::uint64_t now_ns) {
       note(fmt::format("CPU {}'s cpuidle states {}", cpu, had ? "vanished" : "appeared"));
     if (!now) continue;
     any_idle = true;
+    obs.cpuidle_totals.push_back({static_cast<unsigned>(cpu), now->poll_usage, now->poll_time_us, now->halt_usage,
+                                  now->halt_time_us});
     if (names.empty()) {
       for (const auto& n : now->state_names) names += (names.empty() ? "" : ",") + n;
     }
@@ -350,6 +352,7 @@ Observation Sensors::sample(std::uint64_t now_ns) {
   }
 
   auto stat = read_proc_stat();
+  if (stat) obs.steal_ticks_total = stat->steal;
   if (primed_ && stat && last_stat_ && elapsed > 0) {
     static const long user_hz = ::sysconf(_SC_CLK_TCK);
     // The aggregate line covers the tick only if it neither went backwards nor grew by more than the

@@ -322,3 +322,31 @@ TEST_CASE("an early tick: more polling than the tick can hold makes it unsound, 
   CHECK_FALSE(o.poll_cpu_percent);
   CHECK_FALSE(o.steal_percent);
 }
+
+TEST_CASE("the sample carries the cumulative counters its deltas came from, for the fleet series") {
+  FakeSysfs fs;
+  fs.set_state(0, 0, "POLL", 1234, 5'000'001);
+  fs.set_state(0, 1, "haltpoll", 77, 9'000'000);
+  fs.set_state(1, 0, "POLL", 10, 20);
+  fs.set_state(1, 1, "haltpoll", 30, 40);
+  fs.set_proc_stat(1000, 250);
+  Sensors s(fs.root(), {});
+  // The priming sample has no deltas but the totals already.
+  const Observation o = s.sample(1'000'000'000);
+  CHECK(o.cpuidle.empty());
+  REQUIRE(o.cpuidle_totals.size() == 2);
+  CHECK(o.cpuidle_totals[0].cpu == 0);
+  CHECK(o.cpuidle_totals[0].poll_entries == 1234);
+  CHECK(o.cpuidle_totals[0].poll_us == 5'000'001);
+  CHECK(o.cpuidle_totals[0].halts == 77);
+  CHECK(o.cpuidle_totals[0].halt_us == 9'000'000);
+  CHECK(o.cpuidle_totals[1].cpu == 1);
+  CHECK(o.cpuidle_totals[1].halt_us == 40);
+  CHECK(o.steal_ticks_total == 250u);
+
+  FakeSysfs none(FakeSysfs::Options{.cpuidle_states = false});
+  Sensors n(none.root(), {});
+  const Observation p = n.sample(1'000'000'000);
+  CHECK(p.cpuidle_totals.empty());  // no states: no series, not zeros
+  CHECK(p.steal_ticks_total.has_value());
+}
