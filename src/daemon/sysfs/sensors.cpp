@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -65,7 +66,21 @@ Sensors::Sensors(std::string sysfs_root, std::vector<int> cpus)
 std::vector<int> Sensors::online_cpus() const {
   const auto text = read_small_file(root_ + "sys/devices/system/cpu/online");
   const auto online = text ? parse_cpu_list(*text) : std::nullopt;
-  if (!online) return requested_;  // no hotplug information: the requested CPUs as they are
+  if (!online && !requested_.empty()) return requested_;  // no hotplug information: the requested CPUs
+  if (!online) {
+    // No list of online CPUs (a tree without one): the cpuN directories there are.
+    std::vector<int> dirs;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(root_ + "sys/devices/system/cpu", ec)) {
+      const std::string name = e.path().filename().string();
+      int cpu = -1;
+      if (name.size() <= 3 || name.rfind("cpu", 0) != 0) continue;
+      const auto r = std::from_chars(name.data() + 3, name.data() + name.size(), cpu);
+      if (r.ec == std::errc{} && r.ptr == name.data() + name.size() && cpu >= 0) dirs.push_back(cpu);
+    }
+    std::sort(dirs.begin(), dirs.end());
+    return dirs;
+  }
   if (requested_.empty()) return *online;
   std::vector<int> out;
   for (int c : requested_)

@@ -350,3 +350,16 @@ TEST_CASE("the sample carries the cumulative counters its deltas came from, for 
   CHECK(p.cpuidle_totals.empty());  // no states: no series, not zeros
   CHECK(p.steal_ticks_total.has_value());
 }
+
+TEST_CASE("a tree without a list of online CPUs: the cpuN directories there are, followed as they come") {
+  FakeSysfs fs;
+  std::filesystem::remove(fs.root() + "/sys/devices/system/cpu/online");
+  Sensors s(fs.root(), {});
+  CHECK(s.cpus() == std::vector<int>{0, 1});
+  fs.set_state(2, 0, "POLL", 0, 0);
+  s.sample(0);
+  CHECK(s.cpus() == std::vector<int>{0, 1, 2});
+  // A list given is kept as it is.
+  Sensors listed(fs.root(), {1});
+  CHECK(listed.cpus() == std::vector<int>{1});
+}
