@@ -144,7 +144,9 @@ class WorkerPool {
   SubmitOutcome submit(Task task);
 
   std::vector<int> cpus() const;
-  // CPUs whose worker could not be pinned, with the reason; those workers run unpinned.
+  // CPUs whose worker could not be pinned, with the reason; those workers run unpinned. Also, read
+  // anew on each call, workers pinned at start whose affinity is no longer their CPU alone: when a
+  // CPU goes offline the kernel moves its pinned threads to other CPUs and leaves them unpinned.
   std::vector<std::pair<int, std::string>> pin_failures() const;
 
   // Throws std::out_of_range for a CPU without a worker.

@@ -283,7 +283,9 @@ ExitCode Daemon::Impl::run() {
     for (const auto& [cpu, reason] : pool_->pin_failures()) spdlog::warn("worker of CPU {} runs unpinned: {}", cpu, reason);
     // The real kernel's edges: its files under sysfs_root, the originals in the state directory.
     ControllerOptions co = controller_options(config_);
-    GuestEdges edges = sysfs_edges(config_.sysfs_root, effective_state_dir(config_), co.cpus);
+    // With "all" the sensors follow the guest's online CPUs (hotplug) rather than the set at start.
+    GuestEdges edges = sysfs_edges(config_.sysfs_root, effective_state_dir(config_),
+                                   config_.cpus == "all" ? std::vector<int>{} : co.cpus);
     controller_ = std::make_unique<Controller>(std::move(co), std::move(edges), pool_.get());
     controller_->start();
     register_control_interface(registry_, *this);

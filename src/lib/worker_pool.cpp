@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "haltpoll/affinity.hpp"
@@ -429,7 +430,27 @@ std::vector<int> WorkerPool::cpus() const {
 std::vector<std::pair<int, std::string>> WorkerPool::pin_failures() const {
   std::vector<std::pair<int, std::string>> out;
   for (const auto& w : shared_->workers) {
-    if (!w->pin_error.empty()) out.emplace_back(w->cpu, w->pin_error);
+    if (!w->pin_error.empty()) {
+      out.emplace_back(w->cpu, w->pin_error);
+      continue;
+    }
+    // Pinned at start, but a CPU that goes offline takes its threads' pinning with it: the kernel
+    // moves a thread whose affinity holds no online CPU to its cpuset's CPUs (and says "no longer
+    // affine to cpuN"), and does not pin it back when the CPU returns. Read again on every call.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (!w->thread.joinable() || pthread_getaffinity_np(w->handle, sizeof(set), &set) != 0) continue;
+    if (CPU_COUNT(&set) == 1 && CPU_ISSET(w->cpu, &set)) continue;
+    std::string cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (!CPU_ISSET(c, &set)) continue;
+      int last = c;
+      while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+      cpus += (cpus.empty() ? "" : ",") + std::to_string(c) + (last > c ? "-" + std::to_string(last) : "");
+      c = last;
+    }
+    out.emplace_back(w->cpu, "no longer pinned: its affinity is now CPUs " + cpus +
+                                 " (the CPU went offline and the kernel moved the thread)");
   }
   return out;
 }

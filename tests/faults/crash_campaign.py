@@ -15,7 +15,6 @@ import os
 import random
 import signal
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -47,26 +46,6 @@ def random_found(rng):
         "guest_halt_poll_allow_shrink": rng.choice(["Y", "N"]),
         "current_governor": "haltpoll",
     }
-
-
-class Sweeper(threading.Thread):
-    """Moves the tuner's floor up and down over the socket, so that the static policy keeps changing
-    the value (each lowering with a governor round trip): the daemon is killed mid-sweep."""
-
-    def __init__(self, socket_path):
-        super().__init__(daemon=True)
-        self.socket_path = socket_path
-        self.stop = threading.Event()
-
-    def run(self):
-        floors = [60000, 0]
-        i = 0
-        while not self.stop.wait(0.12):
-            try:
-                harness.call(self.socket_path, "SetConfig", {"config": {"tuner": {"min_ns": floors[i % 2]}}})
-            except (OSError, ValueError):
-                pass  # killed under us
-            i += 1
 
 
 def reference_sequence(binary, t, config):
@@ -118,7 +97,7 @@ def main():
                 # Anywhere in a run of changes: past the first one, while the floor moves.
                 k = rng.randint(len(ref) + 1, len(ref) * 4)
                 if d.wait_for("listening on", 30):
-                    sweeper = Sweeper(d.socket)
+                    sweeper = harness.FloorMover(d.socket)
                     sweeper.start()
             else:
                 k = rng.randint(0, len(ref))

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import fuse_sysfs
@@ -21,13 +22,13 @@ STATE_FILE = STATE_DIR + "/haltpoll-params.json"
 class Tree:
     """backing directory + FUSE mount + a run directory (socket, config, logs) outside the mount."""
 
-    def __init__(self, base):
+    def __init__(self, base, cpus=2):
         self.base = base
         self.back = os.path.join(base, "back")
         self.mnt = os.path.join(base, "mnt")
         self.run = os.path.join(base, "run")
         os.makedirs(self.run, mode=0o755)
-        fuse_sysfs.populate(self.back)
+        fuse_sysfs.populate(self.back, cpus)
         self.mount = fuse_sysfs.Mount(self.back, self.mnt)
         self.fs = self.mount.fs
         self.daemons = []  # every process started on the tree, killed before the unmount
@@ -80,9 +81,9 @@ class Tree:
 
 
 @contextlib.contextmanager
-def tree():
+def tree(cpus=2):
     base = tempfile.mkdtemp(prefix="haltpolld-faults-")
-    t = Tree(base)
+    t = Tree(base, cpus)
     try:
         with t.mount:
             yield t
@@ -162,6 +163,19 @@ def stop_and_check(d, t, found, fails):
         fails.append("not put back: %s -> %s" % (found, now))
 
 
+def run_rounds(summary, rounds, one_round):
+    """Runs `one_round()` (-> its failures and a dict of counts) `rounds` times, adding its counts,
+    its failures and whether something was not put back into `summary`; the exit code."""
+    for _ in range(rounds):
+        fails, counts = one_round()
+        summary["rounds"] += 1
+        for k, v in counts.items():
+            summary[k] += v
+        summary["lost"] += any("not put back" in f for f in fails)
+        summary["failures"] += fails
+    return finish(summary)
+
+
 def finish(summary):
     """Prints the campaign's summary; its exit code (1 when anything failed)."""
     print(json.dumps(summary, indent=2))
@@ -183,9 +197,14 @@ class Client:
         self.s.connect(path)
         self.buf = b""
 
-    def call(self, method, params=None):
+    def send(self, method, params=None, more=False):
         msg = {"method": "io.haltpolld." + method, "parameters": params or {}}
+        if more:
+            msg["more"] = True
         self.s.sendall(json.dumps(msg).encode() + b"\0")
+
+    def recv(self):
+        """The next reply (one of a stream's, after send(..., more=True))."""
         while b"\0" not in self.buf:
             chunk = self.s.recv(65536)
             if not chunk:
@@ -193,6 +212,10 @@ class Client:
             self.buf += chunk
         m, _, self.buf = self.buf.partition(b"\0")
         return json.loads(m)
+
+    def call(self, method, params=None):
+        self.send(method, params)
+        return self.recv()
 
     def close(self):
         self.s.close()
@@ -204,6 +227,27 @@ def call(path, method, params=None):
         return c.call(method, params)
     finally:
         c.close()
+
+
+class FloorMover(threading.Thread):
+    """Moves the tuner's floor up and down over the socket every `period` s, so that the tuner keeps
+    changing the value (each lowering with a governor round trip). `stop` ends it."""
+
+    def __init__(self, socket_path, period=0.12, floors=(60000, 0)):
+        super().__init__(daemon=True)
+        self.socket_path = socket_path
+        self.period = period
+        self.floors = floors
+        self.stop = threading.Event()
+
+    def run(self):
+        i = 0
+        while not self.stop.wait(self.period):
+            try:
+                call(self.socket_path, "SetConfig", {"config": {"tuner": {"min_ns": self.floors[i % len(self.floors)]}}})
+            except (OSError, ValueError):
+                pass  # killed under us
+            i += 1
 
 
 def kernel_config(**tuner):

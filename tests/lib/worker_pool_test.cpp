@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -246,6 +247,41 @@ TEST_CASE("pool: a CPU that cannot be pinned is reported, and its worker still r
   CHECK(pool.submit(1000, [&] { ran.fetch_add(1); }) != SubmitOutcome::rejected);
   CHECK(pool.submit(5000, [&] { ran.fetch_add(1); }) != SubmitOutcome::rejected);
   CHECK(eventually([&] { return ran.load() == 2; }));
+}
+
+TEST_CASE("pool: a worker moved off its CPU (the CPU went offline) is reported as unpinned, and still runs",
+          "[pool]") {
+  const std::vector<int> mine = my_cpus();
+  PoolOptions o;
+  o.cpus = {mine.front()};
+  WorkerPool pool(o);
+  const int cpu = o.cpus[0];
+  REQUIRE(pool.pin_failures().empty());
+  // What the kernel does to a thread pinned to a CPU that goes offline: its affinity becomes the
+  // cpuset's CPUs. Done here by the worker itself, on a machine whose CPUs must stay online. With a
+  // single CPU in the mask there is nowhere to move it: the pinning is then all there is to check.
+  if (mine.size() < 2) return;
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int c : mine) CPU_SET(c, &all);
+  std::atomic<int> rc{-1};
+  pool.submit(cpu, [&] { rc = sched_setaffinity(0, sizeof(all), &all) == 0 ? 0 : errno; });
+  REQUIRE(eventually([&] { return rc.load() != -1; }));
+  REQUIRE(rc.load() == 0);
+  auto failures = pool.pin_failures();
+  REQUIRE(failures.size() == 1);
+  CHECK(failures[0].first == cpu);
+  CHECK(failures[0].second.find("no longer pinned") != std::string::npos);
+  // The worker goes on serving its queue from wherever the kernel put it.
+  std::atomic<int> ran{0};
+  pool.submit(cpu, [&] { ran.fetch_add(1); });
+  CHECK(eventually([&] { return ran.load() == 1; }));
+  // Pinned again (the CPU came back and someone pinned the thread): no longer reported.
+  std::atomic<int> again{-1};
+  pool.submit(cpu, [&] { again = haltpoll::pin_this_thread(cpu) ? 1 : 0; });
+  REQUIRE(eventually([&] { return again.load() != -1; }));
+  CHECK(again.load() == 0);
+  CHECK(pool.pin_failures().empty());
 }
 
 TEST_CASE("pool: exceptions are caught and counted, the worker carries on", "[pool]") {

@@ -3,7 +3,8 @@
 # cached), systemd as PID 1 of private PID, mount, UTS, IPC and cgroup namespaces, chrooted into
 # that tree; never over the host's own root (systemd-tmpfiles there would empty the host's /tmp).
 # Checks that the hardened unit lets the daemon do its job: start with a STATUS=, the watchdog,
-# reload, kill -9 -> restore and restart, stop -> restore, kill -9 then stop -> restore (the stop path
+# reload, kill -9 -> restore and restart, SIGSTOP -> the watchdog's abort, restore and restart,
+# stop -> restore, kill -9 then stop -> restore (the stop path
 # alone), the admin group's socket, a textfile
 # another user can read, the eBPF signals present where the kernel has BTF and the power
 # tracepoints (else a reason in status), and a warning at journal priority.
@@ -298,6 +299,30 @@ wait_for 10 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- journal
   fail "nothing reported restoring the originals saved by pid $main_pid at priority warning"
 ok "kill -9: the originals saved by pid $main_pid restored (journalctl -p warning shows it), restarted as pid $new_pid"
 wait_for 10 tuned || fail "the restarted instance did not tune again"
+
+# SIGSTOP: a stopped daemon pings no more; after WatchdogSec (2 s here) systemd sends the watchdog's
+# SIGABRT with a SIGCONT (nothing else ends a stopped process), the stop path puts the originals
+# back, and systemd restarts it
+stopped_pid="$new_pid"
+t_stop=$SECONDS
+ns systemctl kill --kill-who=main --signal=SIGSTOP haltpolld
+wait_for 40 sh -c "[ \"\$(nsenter --target $pid1 --mount --pid --root --wd=/ -- systemctl show -p NRestarts --value haltpolld)\" = 2 ] && [ \"\$(nsenter --target $pid1 --mount --pid --root --wd=/ -- systemctl show -p ActiveState --value haltpolld)\" = active ]" ||
+  fail "a stopped daemon was not restarted by the watchdog (NRestarts=$(show NRestarts), $(show ActiveState))"
+new_pid="$(show MainPID)"
+[ "$new_pid" != "$stopped_pid" ] || fail "same MainPID after SIGSTOP"
+[ $((SECONDS - t_stop)) -ge 2 ] || fail "restarted $((SECONDS - t_stop)) s after SIGSTOP, before WatchdogSec=2s"
+wait_for 10 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- journalctl --no-pager -u haltpolld -p warning | grep -q 'restored the haltpoll parameters saved by pid $stopped_pid'" ||
+  fail "nothing reported restoring the originals saved by the stopped pid $stopped_pid"
+# first: the restore is in the journal before the new instance listens (let alone tunes)
+wait_for 10 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- journalctl --no-pager -u haltpolld | grep -q 'haltpolld\[$new_pid\]: listening on'" ||
+  fail "the instance restarted after SIGSTOP does not listen"
+journal="$(ns journalctl --no-pager -u haltpolld)"
+restored_at="$(grep -n "restored the haltpoll parameters saved by pid $stopped_pid" <<<"$journal" | head -1 | cut -d: -f1)"
+listening_at="$(grep -n "haltpolld\[$new_pid\]: listening on" <<<"$journal" | head -1 | cut -d: -f1)"
+[ -n "$restored_at" ] && [ -n "$listening_at" ] && [ "$restored_at" -lt "$listening_at" ] ||
+  fail "the restore of pid $stopped_pid's originals (journal line $restored_at) does not come before pid $new_pid listens (line $listening_at)"
+ok "SIGSTOP: restarted by the watchdog $((SECONDS - t_stop)) s later as pid $new_pid, the originals saved by pid $stopped_pid restored first"
+wait_for 10 tuned || fail "the instance restarted by the watchdog did not tune again"
 
 # stop restores exactly the originals; the runtime directory (state) is kept but holds no state file
 ns systemctl stop haltpolld

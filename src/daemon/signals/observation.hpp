@@ -53,6 +53,11 @@ struct Observation {
   // Share of all CPU time the host stole from the guest during the tick, in %.
   std::optional<double> steal_percent;
 
+  // Why the tick's counters do not describe one interval of the current CPU set (a CPU went
+  // offline or came online, its cpuidle counters restarted, the steal count jumped past what the
+  // tick can hold or went backwards); empty when they do. Nothing is decided from such a tick.
+  std::string unsound;
+
   // Where the numbers came from, for the decision log: "cpuidle", "pool", "probes", "model".
   std::string cpu_source;
   std::string latency_source;

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -24,18 +25,44 @@ namespace {
 
 std::uint64_t delta(std::uint64_t now, std::uint64_t before) { return now >= before ? now - before : 0; }
 
+// How much longer than a tick one CPU's POLL residency may be: a poll that began before the tick
+// and ended in it is counted whole, and no poll lasts longer than the poll limit (200 µs found on a
+// haltpoll guest, 400 µs at the top of the tuner's default ladder).
+constexpr std::uint64_t kMaxPollSlackNs = 5'000'000;
+
 }  // namespace
 
-Sensors::Sensors(std::string sysfs_root, std::vector<int> cpus) : root_(std::move(sysfs_root)), cpus_(std::move(cpus)) {
+Sensors::Sensors(std::string sysfs_root, std::vector<int> cpus)
+    : root_(std::move(sysfs_root)), requested_(std::move(cpus)) {
   // push_back rather than assigning "/": GCC 12 -O2 reports a false -Wrestrict on the assignment.
   if (root_.empty() || root_.back() != '/') root_.push_back('/');
-  if (cpus_.empty()) {
-    if (auto online = read_small_file(root_ + "sys/devices/system/cpu/online")) {
-      if (auto list = haltpoll::parse_cpu_list(*online)) cpus_ = *list;
-    }
-  }
-  last_idle_.resize(cpus_.size());
+  cpus_ = online_cpus();
   cpuidle_status_ = "not sampled yet";
+}
+
+std::vector<int> Sensors::online_cpus() const {
+  const auto text = read_small_file(root_ + "sys/devices/system/cpu/online");
+  const auto online = text ? haltpoll::parse_cpu_list(*text) : std::nullopt;
+  if (!online && !requested_.empty()) return requested_;  // no hotplug information: the requested CPUs
+  if (!online) {
+    // No list of online CPUs (a tree without one): the cpuN directories there are.
+    std::vector<int> dirs;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(root_ + "sys/devices/system/cpu", ec)) {
+      const std::string name = e.path().filename().string();
+      int cpu = -1;
+      if (name.size() <= 3 || name.rfind("cpu", 0) != 0) continue;
+      const auto r = std::from_chars(name.data() + 3, name.data() + name.size(), cpu);
+      if (r.ec == std::errc{} && r.ptr == name.data() + name.size() && cpu >= 0) dirs.push_back(cpu);
+    }
+    std::sort(dirs.begin(), dirs.end());
+    return dirs;
+  }
+  if (requested_.empty()) return *online;
+  std::vector<int> out;
+  for (int c : requested_)
+    if (std::binary_search(online->begin(), online->end(), c)) out.push_back(c);
+  return out;
 }
 
 std::optional<CpuidleCounters> Sensors::read_cpuidle(int cpu) const {
@@ -185,38 +212,69 @@ Observation Sensors::sample(std::uint64_t now_ns) {
   obs.elapsed_ns = elapsed;
   obs.kernel.elapsed_ns = elapsed;
 
+  // CPUs come and go (hotplug): the set is read again on every sample. A CPU that left or joined
+  // during the tick, or whose counters restarted (its cpuidle device was unregistered when it went
+  // offline and registered again, from zero, when it came back), makes the tick's aggregates
+  // describe two different sets of CPUs: the tick is marked unsound, and a restarted CPU has no
+  // delta rather than a made-up one.
+  std::vector<int> before_cpus = std::move(cpus_);
+  cpus_ = online_cpus();
+  std::string changes;
+  auto note = [&](const std::string& what) { changes += (changes.empty() ? "" : ", ") + what; };
+  for (int c : before_cpus)
+    if (primed_ && !std::binary_search(cpus_.begin(), cpus_.end(), c)) note(fmt::format("CPU {} went offline", c));
+  for (int c : cpus_)
+    if (primed_ && !std::binary_search(before_cpus.begin(), before_cpus.end(), c))
+      note(fmt::format("CPU {} came online", c));
+
   bool any_idle = false;
   std::string names;
   double max_cpu = 0, sum_cpu = 0, wakes = 0;
-  for (std::size_t i = 0; i < cpus_.size(); ++i) {
-    auto now = read_cpuidle(cpus_[i]);
-    if (now) {
-      any_idle = true;
-      obs.cpuidle_totals.push_back({static_cast<unsigned>(cpus_[i]), now->poll_usage, now->poll_time_us, now->halt_usage,
-                                    now->halt_time_us});
-      if (names.empty()) {
-        for (const auto& n : now->state_names) names += (names.empty() ? "" : ",") + n;
-      }
-      if (primed_ && last_idle_[i] && elapsed > 0) {
-        const auto& before = *last_idle_[i];
+  std::map<int, CpuidleCounters> idle_now;
+  for (int cpu : cpus_) {
+    auto now = read_cpuidle(cpu);
+    const auto last = last_idle_.find(cpu);
+    const bool had = last != last_idle_.end();
+    const bool was_sampled = std::binary_search(before_cpus.begin(), before_cpus.end(), cpu);
+    if (primed_ && was_sampled && had != now.has_value())
+      note(fmt::format("CPU {}'s cpuidle states {}", cpu, had ? "vanished" : "appeared"));
+    if (!now) continue;
+    any_idle = true;
+    obs.cpuidle_totals.push_back({static_cast<unsigned>(cpu), now->poll_usage, now->poll_time_us, now->halt_usage,
+                                  now->halt_time_us});
+    if (names.empty()) {
+      for (const auto& n : now->state_names) names += (names.empty() ? "" : ",") + n;
+    }
+    if (primed_ && had && elapsed > 0) {
+      const auto& before = last->second;
+      if (now->poll_usage < before.poll_usage || now->poll_time_us < before.poll_time_us ||
+          now->halt_usage < before.halt_usage || now->halt_time_us < before.halt_time_us) {
+        note(fmt::format("CPU {}'s cpuidle counters restarted", cpu));
+      } else {
         CpuIdleDelta d;
-        d.cpu = cpus_[i];
-        d.poll_usage = delta(now->poll_usage, before.poll_usage);
-        d.poll_ns = delta(now->poll_time_us, before.poll_time_us) * 1000;
-        d.halt_usage = delta(now->halt_usage, before.halt_usage);
-        d.halt_ns = delta(now->halt_time_us, before.halt_time_us) * 1000;
-        const double cpu =
+        d.cpu = cpu;
+        d.poll_usage = now->poll_usage - before.poll_usage;
+        d.poll_ns = (now->poll_time_us - before.poll_time_us) * 1000;
+        d.halt_usage = now->halt_usage - before.halt_usage;
+        d.halt_ns = (now->halt_time_us - before.halt_time_us) * 1000;
+        // A poll ends within the poll limit (at most a few ms): more polling than the tick plus that
+        // was counted over a longer interval than this tick (an early tick, counters from before).
+        if (d.poll_ns > elapsed + kMaxPollSlackNs)
+          note(fmt::format("CPU {} polled {:.1f} ms in a {:.1f} ms tick", cpu, static_cast<double>(d.poll_ns) / 1e6,
+                           static_cast<double>(elapsed) / 1e6));
+        const double cpu_share =
             std::min(100.0, 100.0 * static_cast<double>(d.poll_ns) / static_cast<double>(elapsed));
-        max_cpu = std::max(max_cpu, cpu);
-        sum_cpu += cpu;
+        max_cpu = std::max(max_cpu, cpu_share);
+        sum_cpu += cpu_share;
         // An idle period that polled and then halted shows up in both states: count it once.
         wakes += static_cast<double>(std::max(d.poll_usage, d.halt_usage));
         obs.cpuidle.push_back(d);
         obs.kernel.cpus.push_back(derive_kernel_signals(d));
       }
     }
-    last_idle_[i] = std::move(now);
+    idle_now.emplace(cpu, std::move(*now));
   }
+  last_idle_ = std::move(idle_now);
   cpuidle_available_ = any_idle;
   if (!any_idle) {
     if (cpus_.empty()) {
@@ -281,28 +339,53 @@ Observation Sensors::sample(std::uint64_t now_ns) {
 
   auto stat = read_proc_stat();
   if (stat) obs.steal_ticks_total = stat->steal;
-  if (primed_ && stat && last_stat_) {
-    const std::uint64_t total = delta(stat->total, last_stat_->total);
-    if (total > 0)
-      obs.steal_percent = 100.0 * static_cast<double>(delta(stat->steal, last_stat_->steal)) /
-                          static_cast<double>(total);
-    // Per CPU: a CPU that went offline (no line now or then) has no steal share rather than 0.
+  if (primed_ && stat && last_stat_ && elapsed > 0) {
     static const long user_hz = ::sysconf(_SC_CLK_TCK);
+    // The aggregate line covers the tick only if it neither went backwards nor grew by more than the
+    // online CPUs can count in the tick (USER_HZ ticks each per second, a quarter and two ticks of
+    // slack for the samples' rounding). A steal count that jumps past that, or goes backwards (a host
+    // that restarted its accounting, a migration), or CPUs whose lines come and go make the share a
+    // figure of something else than the tick: no share, and the tick is unsound.
+    const std::size_t lines = std::max(stat->cpus.size(), last_stat_->cpus.size());
+    const double most =
+        1.25 * (static_cast<double>(elapsed) * static_cast<double>(user_hz) / 1e9 + 2.0) * static_cast<double>(lines);
+    auto line_set = [](const ProcStatTimes& t) {
+      std::vector<int> v;
+      for (const auto& c : t.cpus) v.push_back(c.cpu);
+      return v;
+    };
+    const std::uint64_t total = delta(stat->total, last_stat_->total);
+    if (stat->steal < last_stat_->steal || stat->total < last_stat_->total) {
+      note(fmt::format("the steal count went backwards ({} to {} ticks)", last_stat_->steal, stat->steal));
+    } else if (user_hz > 0 && lines > 0 && static_cast<double>(total) > most) {
+      note(fmt::format("/proc/stat counted {} ticks ({} of them steal) in a {:.1f} ms tick of {} CPUs", total,
+                       stat->steal - last_stat_->steal, static_cast<double>(elapsed) / 1e6, lines));
+    } else if (line_set(*stat) != line_set(*last_stat_)) {
+      note(fmt::format("the CPU lines of /proc/stat changed ({} to {})", last_stat_->cpus.size(), stat->cpus.size()));
+    } else if (total > 0) {
+      obs.steal_percent = 100.0 * static_cast<double>(stat->steal - last_stat_->steal) / static_cast<double>(total);
+    }
+    // Per CPU: a CPU that went offline (no line now or then) has no steal share rather than 0; nor
+    // has one whose counts went backwards or exceed the tick.
     auto line_of = [](const ProcStatTimes& t, int cpu) -> const CpuStatTimes* {
       for (const auto& c : t.cpus)
         if (c.cpu == cpu) return &c;
       return nullptr;
     };
+    const double most_one = most / static_cast<double>(std::max<std::size_t>(lines, 1));
     for (auto& k : obs.kernel.cpus) {
       const CpuStatTimes* now = line_of(*stat, k.cpu);
       const CpuStatTimes* before = line_of(*last_stat_, k.cpu);
       if (now == nullptr || before == nullptr) continue;
-      const std::uint64_t cpu_total = delta(now->total, before->total);
-      const std::uint64_t steal = delta(now->steal, before->steal);
+      if (now->total < before->total || now->steal < before->steal) continue;
+      const std::uint64_t cpu_total = now->total - before->total;
+      const std::uint64_t steal = now->steal - before->steal;
+      if (user_hz > 0 && static_cast<double>(cpu_total) > most_one) continue;
       if (user_hz > 0) k.steal_ns = steal * (1'000'000'000u / static_cast<std::uint64_t>(user_hz));
       if (cpu_total > 0) k.steal_percent = 100.0 * static_cast<double>(steal) / static_cast<double>(cpu_total);
     }
   }
+  obs.unsound = std::move(changes);
   last_stat_ = stat;
   last_ns_ = now_ns;
   primed_ = true;

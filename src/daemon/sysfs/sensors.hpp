@@ -12,6 +12,7 @@
 #include "signals/edges.hpp"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,7 +46,9 @@ struct ProcStatTimes {
 
 class Sensors final : public KernelSignalSource {
  public:
-  // `cpus` empty: the CPUs listed in <root>/sys/devices/system/cpu/online.
+  // `cpus` empty: the CPUs listed in <root>/sys/devices/system/cpu/online. The set follows that file
+  // on every sample: a CPU that goes offline leaves it, one that comes online (back) joins it, the
+  // listed ones only when `cpus` is given.
   Sensors(std::string sysfs_root, std::vector<int> cpus);
   ~Sensors() override;
   Sensors(const Sensors&) = delete;
@@ -75,6 +78,7 @@ class Sensors final : public KernelSignalSource {
   // only primes the counters (elapsed_ns == 0, no signals).
   Observation sample(std::uint64_t now_ns) override;
 
+  // The CPUs sampled last (at construction: those online then).
   const std::vector<int>& cpus() const noexcept { return cpus_; }
   bool cpuidle_available() const noexcept { return cpuidle_available_; }
   // Why there is no poll-CPU signal, or the state names found ("POLL,haltpoll").
@@ -82,9 +86,13 @@ class Sensors final : public KernelSignalSource {
   SignalSourceStatus status() const override;
 
  private:
+  // The requested CPUs that are online now (all online CPUs when none were requested).
+  std::vector<int> online_cpus() const;
+
   std::string root_;
+  std::vector<int> requested_;
   std::vector<int> cpus_;
-  std::vector<std::optional<CpuidleCounters>> last_idle_;
+  std::map<int, CpuidleCounters> last_idle_;  // the CPUs that had cpuidle states at the last sample
   std::optional<ProcStatTimes> last_stat_;
   std::uint64_t last_ns_ = 0;
   bool primed_ = false;

@@ -215,14 +215,17 @@ Decision Controller::tick() {
   // The longest period is interval_ms (sweeps tick faster).
   const std::uint64_t period_ms = options_.interval_ms;
   const std::uint64_t late_ns = (2 * period_ms + 2000) * 1'000'000ULL;
+  // Likewise a tick whose counters do not describe one interval of one set of CPUs (a CPU went
+  // offline or came back, the steal count jumped or went backwards): the source says why.
   Decision d;
-  if (obs.elapsed_ns > late_ns) {
+  if (obs.elapsed_ns > late_ns || !obs.unsound.empty()) {
     d.tick = obs.tick;
     d.previous_ns = d.guest_halt_poll_ns = tuner_.current_ns();
-    d.reason = fmt::format(
-        "tick {:.1f} s after the last (expected every {} ms): the daemon was stopped or the "
-        "guest suspended; nothing decided from rates over the gap",
-        static_cast<double>(obs.elapsed_ns) / 1e9, period_ms);
+    d.reason = obs.elapsed_ns > late_ns
+                   ? fmt::format("tick {:.1f} s after the last (expected every {} ms): the daemon was stopped or the "
+                                 "guest suspended; nothing decided from rates over the gap",
+                                 static_cast<double>(obs.elapsed_ns) / 1e9, period_ms)
+                   : fmt::format("{} during the tick; nothing decided from its rates", obs.unsound);
     for (auto* rate : {&obs.poll_cpu_percent, &obs.mean_poll_cpu_percent, &obs.total_poll_cpu_percent,
                        &obs.wakes_per_second, &obs.steal_percent, &obs.wake_latency_ns, &obs.mean_wake_latency_ns})
       rate->reset();

@@ -1,9 +1,13 @@
-// Sensors against a fake sysfs tree: cpuidle deltas by state name, steal, and a guest without states.
+// Sensors against a fake sysfs tree: cpuidle deltas by state name, steal, a guest without states, CPUs
+// coming and going, steal counts that jump or go backwards, and early ticks.
 #include "cpuidle_totals.hpp"
 #include "fake_sysfs.hpp"
 #include "sysfs/sensors.hpp"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <filesystem>
 
 #include <unistd.h>
 
@@ -22,7 +26,7 @@ TEST_CASE("cpuidle deltas per CPU, POLL found by name, the rest counted as halt"
   fs.set_state(0, 1, "haltpoll", 100, 500000);
   fs.set_state(1, 0, "POLL", 10, 20000);
   fs.set_state(1, 1, "haltpoll", 5, 900000);
-  fs.set_proc_stat(900, 100);  // 100 of 1000 new ticks stolen (the base line has 150 + 0)
+  fs.set_proc_stat(90, 10);  // 10 of 100 new ticks stolen (the base line has 150 + 0; one cpuN line)
   auto o = s.sample(2'000'000'000);
   CHECK(o.elapsed_ns == 1'000'000'000);
   REQUIRE(o.poll_cpu_percent);
@@ -143,7 +147,7 @@ TEST_CASE("no cpuidle driver: no poll-CPU signal, and the status says why") {
   FakeSysfs fs(opt);
   Sensors s(fs.root(), {});
   s.sample(0);
-  fs.set_proc_stat(1000, 0);
+  fs.set_proc_stat(100, 0);
   auto o = s.sample(1'000'000'000);
   CHECK(!o.poll_cpu_percent);
   CHECK(o.cpuidle.empty());
@@ -188,6 +192,172 @@ TEST_CASE("kernel signals per CPU: poll hits and misses derived from the counter
   CHECK_FALSE(o.kernel.total_ipi_skipped());
 }
 
+namespace {
+
+// CPU `c` offline as the kernel shows it: out of the online list, its cpuidle directory gone
+// (cpuidle-haltpoll unregisters the device), its /proc/stat line gone.
+void take_offline(const FakeSysfs& fs, int c, const std::string& online) {
+  fs.write("sys/devices/system/cpu/online", online);
+  std::filesystem::remove_all(fs.root() + "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/cpuidle");
+}
+
+}  // namespace
+
+TEST_CASE("CPUs going offline and online: the set follows, a tick that saw it change is unsound") {
+  FakeSysfs::Options opt;
+  opt.cpus = 3;
+  FakeSysfs fs(opt);
+  Sensors s(fs.root(), {});
+  REQUIRE(s.cpus() == std::vector<int>{0, 1, 2});
+  s.sample(0);
+  for (int c = 0; c < 3; ++c) fs.set_state(c, 0, "POLL", 100, 10000);
+  auto o = s.sample(1'000'000'000);
+  CHECK(o.unsound.empty());
+  REQUIRE(o.kernel.cpus.size() == 3);
+
+  // CPU 1 goes offline during the next tick.
+  take_offline(fs, 1, "0,2");
+  for (int c : {0, 2}) fs.set_state(c, 0, "POLL", 200, 20000);
+  o = s.sample(2'000'000'000);
+  CHECK(s.cpus() == std::vector<int>{0, 2});
+  CHECK(o.unsound.find("CPU 1 went offline") != std::string::npos);
+  REQUIRE(o.kernel.cpus.size() == 2);  // the CPUs there at both ends keep their deltas
+  CHECK(o.kernel.cpus[0].cpu == 0);
+  CHECK(o.kernel.cpus[1].cpu == 2);
+  REQUIRE(o.poll_cpu_percent);
+  CHECK(*o.poll_cpu_percent == Approx(1.0));
+
+  // A tick with the smaller set throughout is sound again.
+  for (int c : {0, 2}) fs.set_state(c, 0, "POLL", 300, 30000);
+  o = s.sample(3'000'000'000);
+  CHECK(o.unsound.empty());
+  CHECK(o.kernel.cpus.size() == 2);
+
+  // CPU 1 comes back: its cpuidle device is registered again, its counters from zero.
+  fs.write("sys/devices/system/cpu/online", "0-2");
+  fs.set_state(1, 0, "POLL", 5, 500);
+  fs.set_state(1, 1, "haltpoll", 5, 500);
+  o = s.sample(4'000'000'000);
+  CHECK(s.cpus() == std::vector<int>{0, 1, 2});
+  CHECK(o.unsound.find("CPU 1 came online") != std::string::npos);
+  CHECK(o.kernel.cpus.size() == 2);  // no delta for CPU 1 yet: it was not there at the tick's start
+  fs.set_state(1, 0, "POLL", 105, 10500);
+  o = s.sample(5'000'000'000);
+  CHECK(o.unsound.empty());
+  REQUIRE(o.kernel.cpus.size() == 3);
+  CHECK(o.kernel.cpus[1].cpu == 1);
+  CHECK(o.kernel.cpus[1].poll_entries == 100);
+}
+
+TEST_CASE("a CPU that went offline and came back between two samples: no delta from restarted counters") {
+  FakeSysfs fs;
+  Sensors s(fs.root(), {});
+  fs.set_state(1, 0, "POLL", 5000, 900000);
+  fs.set_state(1, 1, "haltpoll", 500, 9000000);
+  s.sample(0);
+  // Offline and online again within the tick: the online list is the same at both ends, but the
+  // counters started again from zero.
+  fs.set_state(1, 0, "POLL", 10, 1000);
+  fs.set_state(1, 1, "haltpoll", 3, 3000);
+  fs.set_state(0, 0, "POLL", 10, 1000);
+  auto o = s.sample(1'000'000'000);
+  CHECK(o.unsound.find("CPU 1's cpuidle counters restarted") != std::string::npos);
+  REQUIRE(o.kernel.cpus.size() == 1);
+  CHECK(o.kernel.cpus[0].cpu == 0);
+  for (const auto& d : o.cpuidle) CHECK(d.cpu != 1);
+  // The next tick measures CPU 1 from the restarted counters.
+  fs.set_state(1, 0, "POLL", 20, 2000);
+  o = s.sample(2'000'000'000);
+  CHECK(o.unsound.empty());
+  REQUIRE(o.kernel.cpus.size() == 2);
+  CHECK(o.kernel.cpus[1].poll_entries == 10);
+
+  // Only the cpuidle directory vanishes (the driver unregistered the device): said, no delta.
+  std::filesystem::remove_all(fs.root() + "/sys/devices/system/cpu/cpu1/cpuidle");
+  o = s.sample(3'000'000'000);
+  CHECK(o.unsound.find("CPU 1's cpuidle states vanished") != std::string::npos);
+  CHECK(o.kernel.cpus.size() == 1);
+}
+
+TEST_CASE("a requested CPU list follows hotplug too: an offline CPU is left out until it is back") {
+  FakeSysfs::Options opt;
+  opt.cpus = 3;
+  FakeSysfs fs(opt);
+  take_offline(fs, 2, "0-1");
+  Sensors s(fs.root(), {1, 2});
+  CHECK(s.cpus() == std::vector<int>{1});
+  s.sample(0);
+  fs.write("sys/devices/system/cpu/online", "0-2");
+  fs.set_state(2, 0, "POLL", 0, 0);
+  auto o = s.sample(1'000'000'000);
+  CHECK(s.cpus() == std::vector<int>{1, 2});
+  CHECK(o.unsound == "CPU 2 came online");
+}
+
+TEST_CASE("steal that jumps past the tick or goes backwards gives no share, and the tick is unsound") {
+  FakeSysfs fs;
+  Sensors s(fs.root(), {});
+  auto stat = [&](std::uint64_t idle, std::uint64_t steal) {
+    fs.set_proc_stat_text(fmt::format("cpu  {} 0 0 {} 0 0 0 {} 0 0\ncpu0 {} 0 0 {} 0 0 0 {} 0 0\n"
+                                      "cpu1 {} 0 0 {} 0 0 0 {} 0 0\nintr 0\n",
+                                      200, 2 * idle, 2 * steal, 100, idle, steal, 100, idle, steal));
+  };
+  stat(1000, 0);
+  s.sample(0);
+  // A storm within the tick's reach: 60 of the 100 ticks of each CPU stolen in 1 s. A real share.
+  stat(1040, 60);
+  auto o = s.sample(1'000'000'000);
+  CHECK(o.unsound.empty());
+  REQUIRE(o.steal_percent);
+  CHECK(*o.steal_percent == Approx(60.0));
+  REQUIRE(o.kernel.cpus.size() == 2);
+  REQUIRE(o.kernel.cpus[0].steal_percent);
+  CHECK(*o.kernel.cpus[0].steal_percent == Approx(60.0));
+
+  // Steal jumps by 50 s worth of ticks in a 1 s tick (a host that paused the guest without its
+  // clock noticing, an accounting glitch): no share, per CPU neither; the tick is unsound.
+  stat(1080, 5060);
+  o = s.sample(2'000'000'000);
+  CHECK_FALSE(o.steal_percent);
+  CHECK(o.unsound.find("/proc/stat counted") != std::string::npos);
+  for (const auto& k : o.kernel.cpus) {
+    CHECK_FALSE(k.steal_percent);
+    CHECK_FALSE(k.steal_ns);
+  }
+
+  // Steal goes backwards: no share (not 0 %), unsound.
+  stat(1180, 10);
+  o = s.sample(3'000'000'000);
+  CHECK_FALSE(o.steal_percent);
+  CHECK(o.unsound.find("went backwards") != std::string::npos);
+  for (const auto& k : o.kernel.cpus) CHECK_FALSE(k.steal_percent);
+
+  // Then an ordinary tick again.
+  stat(1280, 10);
+  o = s.sample(4'000'000'000);
+  CHECK(o.unsound.empty());
+  REQUIRE(o.steal_percent);
+  CHECK(*o.steal_percent == Approx(0.0));
+}
+
+TEST_CASE("an early tick: more polling than the tick can hold makes it unsound, no share above 100 %") {
+  FakeSysfs fs;
+  Sensors s(fs.root(), {});
+  s.sample(1'000'000'000);
+  // 1 ms after the last sample, CPU 0's counters show 40 ms of polling counted before the tick.
+  fs.set_state(0, 0, "POLL", 200, 40000);
+  auto o = s.sample(1'001'000'000);
+  CHECK(o.unsound.find("CPU 0 polled 40.0 ms in a 1.0 ms tick") != std::string::npos);
+  REQUIRE(o.poll_cpu_percent);
+  CHECK(*o.poll_cpu_percent <= 100.0);
+  // The clock standing still (or going back) computes nothing.
+  fs.set_state(0, 0, "POLL", 300, 50000);
+  o = s.sample(1'001'000'000);
+  CHECK(o.elapsed_ns == 0);
+  CHECK_FALSE(o.poll_cpu_percent);
+  CHECK_FALSE(o.steal_percent);
+}
+
 TEST_CASE("the sample carries the cumulative counters its deltas came from, for the fleet series") {
   FakeSysfs fs;
   fs.set_state(0, 0, "POLL", 1234, 5'000'001);
@@ -214,4 +384,17 @@ TEST_CASE("the sample carries the cumulative counters its deltas came from, for 
   const Observation p = n.sample(1'000'000'000);
   CHECK(p.cpuidle_totals.empty());  // no states: no series, not zeros
   CHECK(p.steal_ticks_total.has_value());
+}
+
+TEST_CASE("a tree without a list of online CPUs: the cpuN directories there are, followed as they come") {
+  FakeSysfs fs;
+  std::filesystem::remove(fs.root() + "/sys/devices/system/cpu/online");
+  Sensors s(fs.root(), {});
+  CHECK(s.cpus() == std::vector<int>{0, 1});
+  fs.set_state(2, 0, "POLL", 0, 0);
+  s.sample(0);
+  CHECK(s.cpus() == std::vector<int>{0, 1, 2});
+  // A list given is kept as it is.
+  Sensors listed(fs.root(), {1});
+  CHECK(listed.cpus() == std::vector<int>{1});
 }

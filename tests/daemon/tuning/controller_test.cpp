@@ -315,6 +315,65 @@ TEST_CASE("a tick long after the last (a stopped daemon, a suspended guest) deci
   c.stop();
 }
 
+namespace {
+
+// The steady clock of a test, moved by hand.
+struct ManualClock final : Clock {
+  std::uint64_t now_ns = 1'000'000'000;
+  std::uint64_t steady_ns() const override { return now_ns; }
+  std::int64_t unix_ms() const override { return 1'700'000'000'000; }
+};
+
+}  // namespace
+
+TEST_CASE("a tick during which a CPU went offline or came back decides nothing from its rates") {
+  FakeSysfs fs;
+  TempDir dir;
+  auto o = opts(true);
+  o.tuner.policy = Policy::budget;
+  o.tuner.max_poll_cpu_percent = 10;
+  auto clock = std::make_shared<ManualClock>();
+  GuestEdges edges = sysfs_edges(fs.root(), dir.path());
+  edges.clock = clock;
+  Controller c(o, std::move(edges), std::unique_ptr<PoolAccess>{});
+  c.start();
+  std::uint64_t poll_us = 0;
+  auto second = [&](bool cpu1) {
+    // Every online CPU polls 80 % of each second: far over the 10 % budget.
+    poll_us += 800'000;
+    fs.set_state(0, 0, "POLL", poll_us / 100, poll_us);
+    if (cpu1) fs.set_state(1, 0, "POLL", poll_us / 100, poll_us);
+    clock->now_ns += 1'000'000'000;
+    return c.tick();
+  };
+  // CPU 1 goes offline (the online list, its cpuidle directory) during the first tick.
+  fs.write("sys/devices/system/cpu/online", "0");
+  std::filesystem::remove_all(fs.root() + "/sys/devices/system/cpu/cpu1/cpuidle");
+  const auto held = second(false);
+  CHECK(held.reason.find("CPU 1 went offline during the tick; nothing decided from its rates") != std::string::npos);
+  CHECK_FALSE(held.changed());
+  CHECK_FALSE(held.poll_cpu_percent.has_value());
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  // A whole tick on CPU 0 alone: the budget is crossed, the tuner acts.
+  const auto acted = second(false);
+  CHECK(acted.changed());
+  REQUIRE(acted.poll_cpu_percent);
+  CHECK(*acted.poll_cpu_percent == Approx(80.0));
+  const std::string after = fs.param("guest_halt_poll_ns");
+  // CPU 1 comes back: that tick holds too, whatever its counters say.
+  fs.write("sys/devices/system/cpu/online", "0-1");
+  fs.set_state(1, 0, "POLL", 0, 0);
+  fs.set_state(1, 1, "haltpoll", 0, 0);
+  const auto back = second(false);
+  CHECK(back.reason.find("CPU 1 came online") != std::string::npos);
+  CHECK_FALSE(back.changed());
+  CHECK(fs.param("guest_halt_poll_ns") == after);
+  REQUIRE(c.status().last_observation);
+  CHECK(c.status().sensors.cpus == std::vector<int>{0, 1});
+  c.stop();
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+}
+
 TEST_CASE("turning kernel mode off by reload restores the originals") {
   FakeSysfs fs;
   TempDir dir;
