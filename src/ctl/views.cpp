@@ -204,6 +204,10 @@ std::string render_status(const json& s) {
                ? fmt::format("polling:  yes: cpuidle driver {}, governor {}\n", str(kc, "cpuidle_driver"), str(kc, "cpuidle_governor"))
                : "polling:  no: " + str(kc, "reason", "no reason given") + '\n';
   }
+  const json& ow = at(s, "other_writer");
+  if (ow.is_object())
+    out += fmt::format("writer:   another writer set {} to {} (haltpolld had {}): {}; `haltpollctl take-over` takes it back\n",
+                       str(ow, "parameter"), str(ow, "value"), str(ow, "expected"), str(ow, "who"));
   const json& ks = at(s, "kernel_signals");
   if (ks.is_object()) {
     // The tracepoint counts a driverless guest's periods only where the eBPF program is loaded.

@@ -89,6 +89,7 @@ struct Daemon::Impl final : ControlBackend {
   Config set_config(const json& partial) override;
   ReloadResult reload() override;
   void reset_stats() override;
+  json take_over() override;
   json decisions(std::size_t limit) override;
 
  private:
@@ -331,6 +332,13 @@ void Daemon::Impl::reset_stats() {
   spdlog::info("statistics reset");
 }
 
+json Daemon::Impl::take_over() {
+  if (!controller_) return {{"took_over", false}, {"message", "no tuner runs"}, {"other_writer", nullptr}};
+  const Controller::TakeOver r = controller_->take_over();
+  refresh_cached_state();
+  return {{"took_over", r.took_over}, {"message", r.message}, {"other_writer", other_writer_to_json(r.previous)}};
+}
+
 json Daemon::Impl::decisions(std::size_t limit) {
   std::vector<DecisionRecord> d = controller_ ? controller_->decisions() : std::vector<DecisionRecord>();
   if (limit > 0 && d.size() > limit) d.erase(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() - limit));
@@ -406,6 +414,7 @@ json Daemon::Impl::status() {
   }
   s["pool"] = pool;
   s["controller"] = controller;
+  s["other_writer"] = controller.is_object() ? controller["other_writer"] : json(nullptr);
   auto c = server_ ? server_->counters() : ControlServerCounters{};
   s["control"] = {{"socket", config_.socket.path},
                   {"connections", c.connections_open},

@@ -43,6 +43,7 @@ void FleetMetrics::refresh(const std::string& sysfs_root, const std::vector<unsi
   else if (!st || !st->kernel_requested) series_.mode_reason = "observe requested by the configuration";
   else series_.mode_reason = st->kernel_mode_inactive_reason;
   series_.state_file_pending = false;
+  series_.other_writer = st && st->other_writer ? st->other_writer->value.parameter : std::string();
   series_.tuner_policy.clear();
   series_.steal_backoff_ratio.reset();
   if (!st) return;

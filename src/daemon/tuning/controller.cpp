@@ -54,7 +54,7 @@ void Controller::start_prober() {
 void Controller::detect_locked() { kernel_ = actuator_->detect(); }
 
 Controller::Target Controller::target_locked() const {
-  if (options_.kernel_mode && kernel_.active && degraded_reason_.empty()) return Target::kernel;
+  if (options_.kernel_mode && kernel_.active && degraded_reason_.empty() && !other_writer_) return Target::kernel;
   if (pool_) return Target::pool;
   return Target::none;
 }
@@ -99,6 +99,8 @@ void Controller::start() {
     }
   }
   tuner_.reset(in_force);
+  watching_ = false;
+  watch_locked(t);
   signals_->sample(clock_->steady_ns());  // prime the deltas
   if (pool_) last_pool_ = pool_->counters();
   start_prober();
@@ -121,7 +123,7 @@ Decision Controller::tick() {
       }
     }
   }
-  const Target t = target_locked();
+  const Target t = watch_locked(target_locked());
   Observation obs = signals_->sample(clock_->steady_ns());
   obs.tick = ++ticks_;
 
@@ -297,11 +299,63 @@ Decision Controller::tick() {
 }
 
 void Controller::restore_locked() {
+  watching_ = false;
   if (!actuator_->has_saved_originals()) return;
   auto r = actuator_->restore();
   if (!r.ok) spdlog::error("restoring the haltpoll parameters: {} (state file {} kept for the next start)",
                            r.message, actuator_->originals_location());
-  else spdlog::info("restored the original haltpoll parameters");
+  else if (r.message.empty()) spdlog::info("restored the original haltpoll parameters");
+  else spdlog::info("restored the original haltpoll parameters this run changed; {}", r.message);
+}
+
+Controller::Target Controller::watch_locked(Target t) {
+  if (t != Target::kernel) {
+    watching_ = false;
+    return t;
+  }
+  if (!watching_) {
+    // Kernel mode starts (start, reload, a take-over): what is in force now is this run's to change.
+    actuator_->expect_values_in_force();
+    watching_ = true;
+    return t;
+  }
+  auto f = actuator_->foreign_value();
+  if (!f) return t;
+  other_writer_ = OtherWriter{*f, clock_->unix_ms()};
+  watching_ = false;
+  spdlog::warn("another writer set {} to {} (haltpolld had {}): {}; haltpolld stops writing and leaves its values "
+               "in place (haltpollctl take-over takes the parameters back)",
+               f->parameter, f->value, f->expected, f->who);
+  if (auto r = actuator_->yield_to(*f); !r.ok)
+    spdlog::error("recording the other writer in the state file: {}", r.message);
+  return target_locked();
+}
+
+Controller::TakeOver Controller::take_over() {
+  std::lock_guard lock(mu_);
+  TakeOver r;
+  if (!other_writer_) {
+    r.message = "no other writer: nothing to take over";
+    return r;
+  }
+  if (auto a = actuator_->take_over(); !a.ok) {
+    r.message = "the state file could not record the new originals: " + a.message;
+    spdlog::error("take-over refused: {}", r.message);
+    return r;
+  }
+  r.took_over = true;
+  r.previous = std::move(other_writer_);
+  other_writer_.reset();
+  detect_locked();
+  // The tuner goes on from the value in force, which is now the original.
+  tuner_.reset(actuator_->read_poll_ns().value_or(tuner_.current_ns()));
+  const Target t = target_locked();
+  r.message = t == Target::kernel ? "the values in force are the new originals; kernel mode resumes"
+                                  : "the values in force are the new originals; kernel mode stays off: " +
+                                        std::string(!options_.kernel_mode ? "mode is observe" : kernel_.active ? degraded_reason_ : kernel_.reason);
+  spdlog::warn("take-over from {} ({} was {}): {}", r.previous->value.who, r.previous->value.parameter,
+               r.previous->value.value, r.message);
+  return r;
 }
 
 void Controller::degrade_locked(const std::string& why) {
@@ -362,6 +416,11 @@ ControllerStatus Controller::status() const {
   if (!options_.kernel_mode) s.kernel_mode_inactive_reason = "mode is observe";
   else if (!kernel_.active) s.kernel_mode_inactive_reason = kernel_.reason;
   else if (!degraded_reason_.empty()) s.kernel_mode_inactive_reason = "write failed: " + degraded_reason_;
+  else if (other_writer_)
+    s.kernel_mode_inactive_reason = fmt::format("another writer set {} to {} (haltpolld had {}): {}; haltpolld does not "
+                                                "write while it does (haltpollctl take-over)",
+                                                other_writer_->value.parameter, other_writer_->value.value,
+                                                other_writer_->value.expected, other_writer_->value.who);
   s.tuning_target = target_name(t);
   s.started = started_;
   s.ticks = ticks_;
@@ -403,6 +462,7 @@ ControllerStatus Controller::status() const {
     s.probes.reason = pool_ ? "probe rate is 0" : "no worker pool";
   }
   s.last_observation = last_obs_;
+  s.other_writer = other_writer_;
   return s;
 }
 
