@@ -87,8 +87,9 @@ std::vector<std::string> parse_tuned_active_profiles(std::string_view text) {
   if (const auto at = text.find(kPrefix); at != std::string_view::npos) {
     text = text.substr(at + kPrefix.size());
     text = text.substr(0, std::min(text.find('\n'), text.size()));
-  } else if (text.find('\n') != std::string_view::npos || text.find(':') != std::string_view::npos) {
-    return {};  // "No current active profile." and anything else that is not a bare list
+  } else if (text.rfind("No current active profile", 0) == 0 || text.find('\n') != std::string_view::npos ||
+             text.find(':') != std::string_view::npos) {
+    return {};  // tuned-adm's "none", and anything else that is not the file's bare list
   }
   return split_names(text, " \t");
 }
