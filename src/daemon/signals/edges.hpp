@@ -122,6 +122,10 @@ class HaltpollActuator {
   // force). take_over() makes the values in force the originals of what the other writer changed.
   // An actuator that cannot tell has no other writer.
   virtual void expect_values_in_force() {}
+  // A writer that declares the parameters its own before this run writes any (the active TuneD
+  // profile names them): kernel mode then starts yielded, with the value in force as both `value`
+  // and `expected`. Empty when none does.
+  virtual std::optional<ForeignValue> claimed_by_other() { return std::nullopt; }
   virtual std::optional<ForeignValue> foreign_value() { return std::nullopt; }
   virtual ActuatorResult yield_to(const ForeignValue&) { return {}; }
   virtual ActuatorResult take_over() { return {}; }

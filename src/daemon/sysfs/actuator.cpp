@@ -416,6 +416,20 @@ void SysfsHaltpollParams::expect_values_in_force() {
   watching_ = true;
 }
 
+std::optional<ForeignValue> SysfsHaltpollParams::claimed_by_other() {
+  const std::string who = tuned_haltpoll_writer(root_, "guest_halt_poll_ns");
+  if (who.empty()) return std::nullopt;
+  std::string parameter = "guest_halt_poll_ns";
+  if (who.find(parameter) == std::string::npos)
+    for (const char* name : kParams)
+      if (who.find(name) != std::string::npos) {
+        parameter = name;
+        break;
+      }
+  const std::string value = printable_value(read(parameter.c_str()).value_or(""));
+  return ForeignValue{parameter, value, value, who};
+}
+
 std::optional<ForeignValue> SysfsHaltpollParams::foreign_value() {
   if (!watching_ || other_writer_) return std::nullopt;
   auto differs = [&](const std::string& name, const std::optional<std::string>& cur) -> std::optional<ForeignValue> {

@@ -103,6 +103,7 @@ class SysfsHaltpollParams final : public HaltpollActuator {
   Result restore() override;
 
   void expect_values_in_force() override;
+  std::optional<ForeignValue> claimed_by_other() override;
   std::optional<ForeignValue> foreign_value() override;
   Result yield_to(const ForeignValue& f) override;
   Result take_over() override;

@@ -8,6 +8,17 @@
 
 namespace haltpolld {
 
+namespace {
+
+// "another writer set X to V (haltpolld had E): who", or for a claim before any write "another
+// writer owns X (V): who".
+std::string describe(const ForeignValue& f) {
+  if (f.value == f.expected) return fmt::format("another writer owns {} ({}): {}", f.parameter, f.value, f.who);
+  return fmt::format("another writer set {} to {} (haltpolld had {}): {}", f.parameter, f.value, f.expected, f.who);
+}
+
+}  // namespace
+
 Controller::Controller(ControllerOptions options, GuestEdges edges, haltpoll::WorkerPool* pool)
     : Controller(std::move(options), std::move(edges), make_pool_access(pool)) {}
 
@@ -313,19 +324,25 @@ Controller::Target Controller::watch_locked(Target t) {
     watching_ = false;
     return t;
   }
+  std::optional<ForeignValue> f;
   if (!watching_) {
-    // Kernel mode starts (start, reload, a take-over): what is in force now is this run's to change.
-    actuator_->expect_values_in_force();
-    watching_ = true;
-    return t;
+    // Kernel mode starts (start, reload, a take-over): what is in force now is this run's to change,
+    // unless another writer declares the parameters its own (TuneD's profile).
+    f = taken_over_ ? std::nullopt : actuator_->claimed_by_other();
+    if (!f) {
+      actuator_->expect_values_in_force();
+      watching_ = true;
+      return t;
+    }
+  } else {
+    f = actuator_->foreign_value();
   }
-  auto f = actuator_->foreign_value();
   if (!f) return t;
   other_writer_ = OtherWriter{*f, clock_->unix_ms()};
   watching_ = false;
-  spdlog::warn("another writer set {} to {} (haltpolld had {}): {}; haltpolld stops writing and leaves its values "
-               "in place (haltpollctl take-over takes the parameters back)",
-               f->parameter, f->value, f->expected, f->who);
+  spdlog::warn("{}; haltpolld stops writing and leaves its values in place (haltpollctl take-over takes the "
+               "parameters back)",
+               describe(*f));
   if (auto r = actuator_->yield_to(*f); !r.ok)
     spdlog::error("recording the other writer in the state file: {}", r.message);
   return target_locked();
@@ -344,6 +361,7 @@ Controller::TakeOver Controller::take_over() {
     return r;
   }
   r.took_over = true;
+  taken_over_ = true;
   r.previous = std::move(other_writer_);
   other_writer_.reset();
   detect_locked();
@@ -417,10 +435,8 @@ ControllerStatus Controller::status() const {
   else if (!kernel_.active) s.kernel_mode_inactive_reason = kernel_.reason;
   else if (!degraded_reason_.empty()) s.kernel_mode_inactive_reason = "write failed: " + degraded_reason_;
   else if (other_writer_)
-    s.kernel_mode_inactive_reason = fmt::format("another writer set {} to {} (haltpolld had {}): {}; haltpolld does not "
-                                                "write while it does (haltpollctl take-over)",
-                                                other_writer_->value.parameter, other_writer_->value.value,
-                                                other_writer_->value.expected, other_writer_->value.who);
+    s.kernel_mode_inactive_reason =
+        describe(other_writer_->value) + "; haltpolld does not write while it does (haltpollctl take-over)";
   s.tuning_target = target_name(t);
   s.started = started_;
   s.ticks = ticks_;

@@ -122,6 +122,7 @@ class Controller {
   std::string degraded_reason_;  // set when a write failed: kernel mode is off until reload
   std::optional<OtherWriter> other_writer_;  // set when another writer was seen: kernel mode is off until take_over()
   bool watching_ = false;  // the actuator watches for another writer (kernel mode is the target)
+  bool taken_over_ = false;  // take_over() ran: a writer's claim (claimed_by_other) no longer counts
   // In kernel mode: starts watching, or looks for another writer and yields to it. Returns the target.
   Target watch_locked(Target t);
   std::string recovery_message_;

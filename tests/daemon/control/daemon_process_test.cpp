@@ -375,3 +375,26 @@ TEST_CASE("take-over: kernel mode again, and the stop restores the value in forc
   CHECK(param(d, "guest_halt_poll_grow_start") == "50000");
   CHECK_FALSE(std::filesystem::exists(d.dir + "/haltpoll-params.json"));
 }
+
+TEST_CASE("another writer: an active TuneD profile naming the parameters at start keeps haltpolld from writing") {
+  Daemon d(kernel_config());
+  REQUIRE(d.stop() == 0);
+  make_haltpoll_guest(d);
+  write_tuned_profile(d);
+  write_param(d, "guest_halt_poll_ns", "2400000");  // as TuneD applied it
+  d.start();
+  const json s = wait_for_other_writer(d);
+  CAPTURE(s.dump());
+  CHECK(s["mode"] == "observe");
+  CHECK(s["mode_reason"].get<std::string>().find("another writer owns guest_halt_poll_ns (2400000): TuneD") == 0);
+  std::this_thread::sleep_for(1s);
+  CHECK(param(d, "guest_halt_poll_ns") == "2400000");
+  // An explicit take-over wins over the profile: tuned, then the value found at the take-over back.
+  auto r = testsupport::run({HALTPOLLCTL_BIN, "--socket", d.socket, "take-over"});
+  CHECK(r.code == 0);
+  CHECK(eventually([&] { return param(d, "guest_halt_poll_ns") == "100000"; }, 20s));
+  std::this_thread::sleep_for(600ms);
+  CHECK(status_of(d)["other_writer"].is_null());
+  CHECK(d.stop() == 0);
+  CHECK(param(d, "guest_halt_poll_ns") == "2400000");
+}
