@@ -313,29 +313,31 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::ensure_saved() {
 }
 
 SysfsHaltpollParams::Result SysfsHaltpollParams::write_recorded(const char* name, const std::string& value) {
-  const auto before = written_.find(name);
-  const std::optional<std::string> previous =
-      before == written_.end() ? std::nullopt : std::optional<std::string>(before->second);
-  if (previous != value) {
-    written_[name] = value;
-    // Recorded before the write: after a crash, recover() must see this value as this run's.
+  const std::vector<std::string> before = written_[name];
+  const bool record = before.empty() || before.back() != value;
+  if (record) {
+    // Recorded before the write, with the value it replaces: after a kill between the two, recover()
+    // sees whichever is in force as this run's.
+    written_[name] = before.empty() ? std::vector<std::string>{value} : std::vector<std::string>{before.back(), value};
     if (Result s = write_state_file(*saved_, saved_governor_); !s.ok) {
-      if (previous) written_[name] = *previous;
-      else written_.erase(name);
+      written_[name] = before;
       return s;
     }
   }
   Result r = write_param(params_dir(), name, value);
   if (r.ok) {
     expected_[name] = value;
-  } else if (previous != value) {
-    // Not in force: the record goes back to the value before (best effort; a stale record only
-    // makes recover() leave that parameter as it finds it).
-    if (previous) written_[name] = *previous;
-    else written_.erase(name);
+  } else if (record) {
+    written_[name] = before;  // not in force (best effort: a stale record only makes recover() leave the value)
     (void)write_state_file(*saved_, saved_governor_);
   }
+  if (written_[name].empty()) written_.erase(name);
   return r;
+}
+
+bool SysfsHaltpollParams::is_written(const Written& w, const std::string& name, const std::string& value) {
+  const auto it = w.find(name);
+  return it != w.end() && std::find(it->second.begin(), it->second.end(), value) != it->second.end();
 }
 
 SysfsHaltpollParams::Result SysfsHaltpollParams::set_poll_ns(std::uint32_t ns) {
@@ -363,15 +365,14 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::set_grow_start_ns(std::uint32_t
 
 SysfsHaltpollParams::Result SysfsHaltpollParams::restore_values(const std::string& dir,
                                                                 const std::map<std::string, std::string>& values,
-                                                                const std::map<std::string, std::string>* written) const {
+                                                                const Written* written) const {
   Result all;
   for (const auto& [name, value] : values) {
     auto cur = read_small_file(dir + "/" + name);
     if (cur && *cur == value) continue;
     if (written && cur) {
       // Only a value this run wrote goes back: any other is another writer's.
-      const auto w = written->find(name);
-      if (w == written->end() || w->second != *cur) {
+      if (!is_written(*written, name, *cur)) {
         all.message += fmt::format("{}{} left at {} (not written by haltpolld)", all.message.empty() ? "" : "; ",
                                    name, printable_value(*cur));
         continue;
@@ -467,8 +468,7 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::take_over() {
   for (const char* name : kParams) {
     const auto cur = read(name);
     if (!cur || !valid_value(name, *cur)) continue;
-    const auto w = written_.find(name);
-    if (w != written_.end() && w->second == *cur) continue;
+    if (is_written(written_, name, *cur)) continue;
     (*saved_)[name] = *cur;
     written_.erase(name);
   }
@@ -549,16 +549,20 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::recover() {
       return refuse(EINVAL, fmt::format("cpuidle_governor '{}' is not in available_governors", governor));
   }
   // What the run wrote (absent in files of older versions: then every value differing goes back).
-  std::optional<std::map<std::string, std::string>> written;
+  std::optional<Written> written;
   if (const auto wr = j.find("written"); wr != j.end()) {
     if (!wr->is_object()) return refuse(EINVAL, "written is not an object");
     written.emplace();
     for (const auto& [name, v] : wr->items()) {
       if (std::find_if(kParams.begin(), kParams.end(), [&](const char* p) { return name == p; }) == kParams.end())
         return refuse(EINVAL, fmt::format("written names '{}', not a haltpoll parameter", printable_value(name)));
-      if (!v.is_string() || !valid_value(name, v.get<std::string>()))
-        return refuse(EINVAL, fmt::format("written.{} is not a valid value", name));
-      (*written)[name] = v.get<std::string>();
+      if (!v.is_array() || v.empty() || v.size() > 2)
+        return refuse(EINVAL, fmt::format("written.{} is not a list of one or two values", name));
+      for (const auto& e : v) {
+        if (!e.is_string() || !valid_value(name, e.get<std::string>()))
+          return refuse(EINVAL, fmt::format("written.{} holds an invalid value", name));
+        (*written)[name].push_back(e.get<std::string>());
+      }
     }
   }
   // Superseded originals: another writer's values (and governor) stay.

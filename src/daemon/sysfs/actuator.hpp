@@ -26,7 +26,8 @@
 // it back, so a crash between the two writes does not leave the guest on another governor.
 //
 // Another writer: the actuator knows what it wrote (each value is recorded in the state file, under
-// "written", before it is written) and what it found when kernel mode started, and foreign_value()
+// "written", before it is written, next to the value before it: a kill between the record and the
+// write leaves either in force) and what it found when kernel mode started, and foreign_value()
 // compares the values in force with those. Once it yields to another writer, the state file says so
 // ("other_writer"): restore(), recover() and `haltpolld --restore` then put back only the values
 // this run wrote that are still in force, never the other writer's, and leave the governor alone.
@@ -42,6 +43,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace haltpolld {
 
@@ -119,10 +121,14 @@ class SysfsHaltpollParams final : public HaltpollActuator {
   // Records `value` as written to `name` (in the state file first), then writes it.
   Result write_recorded(const char* name, const std::string& value);
   Result write_param(const std::string& dir, const std::string& name, const std::string& value) const;
-  // Puts `values` back where they differ; with `written`, only where the value in force is the one
+  // By parameter, the values this run wrote that may be in force: the last one and, while it is
+  // being written, the one before.
+  using Written = std::map<std::string, std::vector<std::string>>;
+  static bool is_written(const Written& w, const std::string& name, const std::string& value);
+  // Puts `values` back where they differ; with `written`, only where the value in force is one
   // written (any other is another writer's: left, and said in the message).
   Result restore_values(const std::string& dir, const std::map<std::string, std::string>& values,
-                        const std::map<std::string, std::string>* written) const;
+                        const Written* written) const;
   std::string cpuidle_dir() const;
   Result write_governor(const std::string& name) const;
   // Puts `name` back as the current governor when another one is in force.
@@ -134,7 +140,7 @@ class SysfsHaltpollParams final : public HaltpollActuator {
   std::optional<std::uint32_t> last_written_;
   std::string saved_governor_;  // the governor found when the originals were saved ("" if unknown)
   std::uint64_t limit_resets_ = 0;
-  std::map<std::string, std::string> written_;   // what this run wrote, by parameter (recorded in the state file)
+  Written written_;  // what this run wrote, by parameter: the last value and the one before (recorded in the state file)
   std::map<std::string, std::string> expected_;  // the values this run owns: found when watching started, or written
   bool watching_ = false;
   std::optional<ForeignValue> other_writer_;     // set by yield_to(): the originals are superseded

@@ -189,7 +189,8 @@ TEST_CASE("recover(): a state file whose written or other_writer is malformed is
   const std::string head =
       R"({"version": 1, "params": {"guest_halt_poll_ns": "200000", "guest_halt_poll_grow": "2", "guest_halt_poll_shrink": "2", "guest_halt_poll_grow_start": "50000", "guest_halt_poll_allow_shrink": "Y"})";
   for (const char* tail : {R"(, "written": []})", R"(, "written": {"../../x": "1"}})",
-                           R"(, "written": {"guest_halt_poll_ns": "-1"}})", R"(, "other_writer": "tuned"})"}) {
+                           R"(, "written": {"guest_halt_poll_ns": ["-1"]}})",
+                           R"(, "written": {"guest_halt_poll_ns": "100000"}})", R"(, "written": {"guest_halt_poll_ns": ["1", "2", "3"]}})", R"(, "other_writer": "tuned"})"}) {
     CAPTURE(tail);
     {
       std::ofstream(state) << head << tail;
@@ -202,4 +203,26 @@ TEST_CASE("recover(): a state file whose written or other_writer is malformed is
     CHECK(std::filesystem::exists(state));
     CHECK(fs.read("sys/module/haltpoll/parameters/guest_halt_poll_ns") == "100000");
   }
+}
+
+TEST_CASE("recover(): a kill between the record of a write and the write leaves the value before, still this run's") {
+  FakeSysfs fs;
+  TempDir dir;
+  ::chmod(dir.path().c_str(), 0700);
+  const std::string state = dir.path() + "/haltpoll-params.json";
+  {
+    std::ofstream(state)
+        << R"({"version": 1, "params": {"guest_halt_poll_ns": "200000", "guest_halt_poll_grow": "2", "guest_halt_poll_shrink": "2", "guest_halt_poll_grow_start": "50000", "guest_halt_poll_allow_shrink": "Y"},)"
+        << R"( "written": {"guest_halt_poll_ns": ["20000", "30000"], "guest_halt_poll_grow_start": ["10000"]}})";
+  }
+  ::chmod(state.c_str(), 0600);
+  fs.set_param("guest_halt_poll_ns", "20000");         // the record said 30000, the kill came first
+  fs.set_param("guest_halt_poll_grow_start", "7000");  // neither: another writer's
+  SysfsHaltpollParams a(fs.root(), state);
+  const auto r = a.recover();
+  CAPTURE(r.message);
+  CHECK(r.ok);
+  CHECK(fs.param("guest_halt_poll_ns") == "200000");
+  CHECK(fs.param("guest_halt_poll_grow_start") == "7000");
+  CHECK(r.message.find("guest_halt_poll_grow_start left at 7000") != std::string::npos);
 }
