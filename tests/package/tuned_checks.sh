@@ -24,8 +24,9 @@ ns test -s /usr/lib/tuned/haltpolld/tuned.conf || fail "the package has no TuneD
 ns grep -q '^include=virtual-guest' /usr/lib/tuned/haltpolld/tuned.conf || fail "the profile haltpolld does not include virtual-guest"
 ! ns grep -Eq 'haltpoll/parameters|^[^#]*guest_halt_poll' /usr/lib/tuned/haltpolld/tuned.conf || fail "the profile haltpolld names a haltpoll parameter"
 ns systemctl start tuned || fail "systemctl start tuned: $(ns journalctl --no-pager -u tuned -n 20)"
-wait_for 60 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- timeout 20 tuned-adm active >/dev/null 2>&1" ||
-  fail "tuned-adm does not reach the TuneD daemon: $(ns journalctl --no-pager -u tuned -n 20)"
+# "No current active profile." (exit 1: none is active yet) once the daemon answers on D-Bus.
+wait_for 60 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- timeout 20 tuned-adm active 2>&1 | grep -q 'active profile'" ||
+  fail "tuned-adm does not reach the TuneD daemon: $(ns timeout 20 tuned-adm active 2>&1); $(ns systemctl status --no-pager tuned 2>&1 | tail -20); $(ns tail -20 /var/log/tuned/tuned.log 2>&1)"
 tadm list | grep -q -- '- haltpolld' || fail "tuned-adm list does not show haltpolld"
 ok "TuneD $(ns dpkg-query -W -f='${Version}' tuned) runs; tuned-adm lists the profile haltpolld"
 ns mkdir -p /etc/tuned/haltpoll-test
@@ -64,7 +65,7 @@ tadm profile haltpoll-test || fail "tuned-adm profile haltpoll-test (haltpolld s
 wait_for 30 sh -c "[ \"\$(nsenter --target $pid1 --mount --pid --root --wd=/ -- cat $params/guest_halt_poll_ns)\" = 2400000 ]" ||
   fail "TuneD did not write guest_halt_poll_ns before haltpolld: $(param guest_halt_poll_ns)"
 ns systemctl start haltpolld || fail "systemctl start haltpolld under TuneD's profile"
-wait_for 15 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- haltpollctl status | grep -q '^writer: .*owns guest_halt_poll_ns'" ||
+wait_for 15 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- haltpollctl status | grep -q '^writer: .*owns guest_halt_poll_ns (2400000): TuneD'" ||
   fail "haltpolld started under TuneD's profile did not yield: $(ns haltpollctl status 2>&1)"
 holds 5 2400000 || fail "haltpolld changed TuneD's value at start: $(param guest_halt_poll_ns)"
 tadm off || fail "tuned-adm off (second)"
