@@ -114,6 +114,8 @@ ExitCode run(int argc, char** argv) {
   config_set->add_option("VALUE", value, "new value")->required();
   auto* reload = app.add_subcommand("reload", "re-read the config file (as SIGHUP does)");
   auto* reset = app.add_subcommand("reset", "zero the per-CPU counters and histograms");
+  auto* take_over = app.add_subcommand(
+      "take-over", "take the haltpoll parameters back from another writer: the values in force become the originals");
   std::size_t limit = 0;
   auto* decisions = app.add_subcommand("decisions", "the tuner's recent decisions, newest last");
   decisions->add_option("--limit", limit, "at most this many");
@@ -217,6 +219,11 @@ ExitCode run(int argc, char** argv) {
         for (const auto& p : r.value("restart_required", json::array()))
           std::cout << "note: " << p.get<std::string>() << " changed in the file; it takes effect after a restart\n";
       }
+    } else if (take_over->parsed()) {
+      json r = client.call("io.haltpolld.TakeOver");
+      if (as_json) print_json(r);
+      else std::cout << r.value("message", "") << '\n';
+      if (!r.value("took_over", false)) return ExitCode::failure;
     } else if (reset->parsed()) {
       client.call("io.haltpolld.ResetStats");
       if (!as_json) std::cout << "statistics reset\n";

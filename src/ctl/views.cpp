@@ -204,6 +204,14 @@ std::string render_status(const json& s) {
                ? fmt::format("polling:  yes: cpuidle driver {}, governor {}\n", str(kc, "cpuidle_driver"), str(kc, "cpuidle_governor"))
                : "polling:  no: " + str(kc, "reason", "no reason given") + '\n';
   }
+  const json& ow = at(s, "other_writer");
+  if (ow.is_object())
+    // value == expected: the writer claimed the parameter before haltpolld wrote it (TuneD's profile).
+    out += (str(ow, "value") == str(ow, "expected")
+                ? fmt::format("writer:   another writer owns {} ({}): {}", str(ow, "parameter"), str(ow, "value"), str(ow, "who"))
+                : fmt::format("writer:   another writer set {} to {} (haltpolld had {}): {}", str(ow, "parameter"),
+                              str(ow, "value"), str(ow, "expected"), str(ow, "who"))) +
+           "; `haltpollctl take-over` takes it back\n";
   const json& ks = at(s, "kernel_signals");
   if (ks.is_object()) {
     // The tracepoint counts a driverless guest's periods only where the eBPF program is loaded.

@@ -65,6 +65,7 @@ struct Daemon::Impl final : ControlBackend {
   Config set_config(const json& partial) override;
   ReloadResult reload() override;
   void reset_stats() override;
+  json take_over() override;
   json decisions(std::size_t limit) override;
 
  private:
@@ -160,14 +161,16 @@ DaemonSnapshot Daemon::Impl::take_snapshot() const {
 
 void Daemon::Impl::tick() {
   ++ticks_;
+  std::optional<ControllerStatus> st;
   if (controller_) {
     try {
       ticked_.record(controller_->tick());
+      st = controller_->tick_status();  // what the tick read: no file read again
     } catch (const std::exception& e) {
       spdlog::error("tuner tick failed: {}", e.what());
     }
   }
-  ticked_.refresh(take_snapshot());
+  ticked_.refresh(st ? make_snapshot(config_.mode, std::move(st), config_.sysfs_root) : take_snapshot());
   write_textfile();
   notify::status(status_line());
 }
@@ -227,6 +230,13 @@ void Daemon::Impl::reset_stats() {
   if (pool_) pool_->reset_stats();
   ticked_.reset_totals();
   spdlog::info("statistics reset");
+}
+
+json Daemon::Impl::take_over() {
+  if (!controller_) return {{"took_over", false}, {"message", "no tuner runs"}, {"other_writer", nullptr}};
+  const Controller::TakeOver r = controller_->take_over();
+  ticked_.refresh(take_snapshot());
+  return {{"took_over", r.took_over}, {"message", r.message}, {"other_writer", other_writer_to_json(r.previous)}};
 }
 
 json Daemon::Impl::decisions(std::size_t limit) {

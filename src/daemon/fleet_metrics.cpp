@@ -35,6 +35,7 @@ void FleetMetrics::refresh(const DaemonSnapshot& snapshot) {
   series_.mode = std::string(to_string(snapshot.mode.mode));
   series_.mode_reason = snapshot.mode.reason;
   series_.state_file_pending = false;
+  series_.other_writer = st && st->other_writer ? st->other_writer->value.parameter : std::string();
   series_.tuner_policy.clear();
   series_.steal_backoff_ratio.reset();
   if (!st) return;

@@ -193,3 +193,19 @@ TEST_CASE("status: whether this guest's kernel polls, in plain words with the re
   s["controller"]["kernel"] = {{"haltpoll_active", true}, {"cpuidle_driver", "haltpoll"}, {"cpuidle_governor", "haltpoll"}};
   CHECK(render_status(s).find("polling:  yes: cpuidle driver haltpoll, governor haltpoll") != std::string::npos);
 }
+
+TEST_CASE("status: another writer, as it changed a value or as it claimed one, with the way back") {
+  json s = {{"version", "0.1.0"}, {"pid", 1}, {"uptime_seconds", 3.0}, {"mode", "observe"}, {"requested_mode", "kernel"},
+            {"mode_reason", "another writer"}, {"kernel", {{"present", true}}}};
+  CHECK(render_status(s).find("writer:") == std::string::npos);
+  s["other_writer"] = {{"parameter", "guest_halt_poll_ns"}, {"value", "2400000"}, {"expected", "100000"},
+                       {"who", "unknown writer"}, {"since_unix_ms", 1}};
+  std::string out = render_status(s);
+  INFO(out);
+  CHECK(out.find("writer:   another writer set guest_halt_poll_ns to 2400000 (haltpolld had 100000): unknown writer; "
+                 "`haltpollctl take-over` takes it back\n") != std::string::npos);
+  s["other_writer"]["expected"] = "2400000";
+  s["other_writer"]["who"] = "TuneD: the active profile 'x'";
+  CHECK(render_status(s).find("writer:   another writer owns guest_halt_poll_ns (2400000): TuneD: the active profile 'x'; "
+                              "`haltpollctl take-over`") != std::string::npos);
+}

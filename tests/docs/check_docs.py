@@ -165,10 +165,10 @@ def metric_names(src):
 DOTTED_KEY = re.compile(r"(?<![\w./-])(socket|pool|probe|tuner|metrics|log)\.([a-z][a-z0-9_]*)\b(?![.(/\w-])")
 PATH_KEY = re.compile(r"`(/(?:mode|cpus|sysfs_root|state_dir|socket|pool|probe|tuner|metrics|log)(?:/[a-z0-9_]+)*)`")
 QUALIFIED_METHOD = re.compile(r"\b(?:io\.haltpolld|org\.varlink\.service)\.([A-Z][A-Za-z]*)\b")
-BARE_METHOD = re.compile(r"`((?:Get|Set|Reset|Reload|Watch)[A-Za-z]*)`")
+BARE_METHOD = re.compile(r"`((?:Get|Set|Reset|Reload|Watch|Take)[A-Za-z]*)`")
 # A metric family: haltpoll_ followed by one of the namespaces the exporter uses. CMake targets
 # (haltpoll_idle_trace) and kernel functions (haltpoll_reflect) are not in these namespaces.
-METRIC = re.compile(r"(?<![:\w])(haltpoll_(?:worker|kernel|tuner|control|config|wake|state|steal|uptime|info)[a-z0-9_]*)\b")
+METRIC = re.compile(r"(?<![:\w])(haltpoll_(?:worker|kernel|tuner|control|config|wake|state|steal|uptime|info|other)[a-z0-9_]*)\b")
 # Recording rules (level:metric:operations) are checked against contrib/prometheus.
 RECORD = re.compile(r"\b([a-z_]+:haltpoll_[a-z0-9_]+:[a-z0-9_]+)\b")
 # Names a document may use although the code does not have them, each with its reason.

@@ -27,6 +27,7 @@ class FuzzBackend : public haltpolld::ControlBackend {
   haltpolld::Config set_config(const nlohmann::json& partial) override { return cfg = haltpolld::apply_config_json(partial, cfg); }
   haltpolld::ReloadResult reload() override { return {cfg, {}}; }
   void reset_stats() override {}
+  nlohmann::json take_over() override { return {{"took_over", false}, {"message", ""}, {"other_writer", nullptr}}; }
   nlohmann::json decisions(std::size_t) override { return nlohmann::json::array(); }
   haltpolld::Config cfg;
 };

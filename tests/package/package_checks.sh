@@ -61,6 +61,12 @@ ns grep -q '"guest_halt_poll_ns": 12345' /etc/haltpolld/haltpolld.json || fail "
 wait_for 15 tuned || fail "not tuning after the upgrade"
 ok "upgrade: restarted (pid $old_pid -> $(show MainPID)), edited conffile kept, tuning again"
 
+# TuneD next to haltpolld (not with the real parameters: TuneD would then act on the host)
+if [ "${HALTPOLL_REAL_SYSFS:-}" != 1 ]; then
+  # shellcheck source=tuned_checks.sh
+  . "$(dirname "${BASH_SOURCE[0]}")/tuned_checks.sh"
+fi
+
 # purge: stopped, the originals back, the package's files and the runtime directory gone
 dpkg_ns --purge haltpolld >"$work/dpkg-purge.log" 2>&1 || { cat "$work/dpkg-purge.log" >&2; fail "dpkg --purge"; }
 check_originals "after purge"

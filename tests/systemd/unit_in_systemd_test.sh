@@ -29,6 +29,8 @@ unshare --pid --fork --mount --uts --ipc --cgroup true 2>/dev/null || skip "unsh
 
 # The libraries of the binaries under test, as Debian packages, join the image; the list keys the cache.
 pkgs="systemd dbus passwd util-linux"
+# The packages' check runs Debian's TuneD next to haltpolld (tests/package/tuned_checks.sh).
+[ -n "$deb_dir" ] && pkgs="$pkgs tuned"
 for lib in $(ldd "$daemon_bin" "$ctl_bin" | awk '/=> \// {print $3}' | sort -u); do
   p="$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true)"
   [ -n "$p" ] && pkgs="$pkgs ${p%%:*}"
@@ -85,6 +87,11 @@ else
   mkdir -p "$root/etc/haltpolld"
 fi
 mkdir -p "$root/var/lib/prometheus/node-exporter"
+if [ -n "$deb_dir" ]; then
+  # TuneD starts with no profile (manual mode, none active): the checks choose each one.
+  : > "$root/etc/tuned/active_profile"
+  echo manual > "$root/etc/tuned/profile_mode"
+fi
 # A short watchdog so that "alive past 3 x WatchdogSec" takes seconds, not minutes.
 # The unit's ConditionVirtualization=vm is false here (systemd sees a container): the empty
 # assignment drops the unit's conditions, as an operator's drop-in would in a container.
@@ -151,10 +158,19 @@ set -e
 mount --make-rprivate /
 mount --bind "$root" "$root"
 mount -t proc proc "$root/proc"
-mount -t sysfs sysfs "$root/sys"
+if [ -n "$deb_dir" ] && [ "${HALTPOLL_REAL_SYSFS:-}" != 1 ]; then
+  # TuneD runs in this tree: the kernel's files it would tune (sysctls, cpufreq, disks) read-only.
+  mount -t sysfs -o ro sysfs "$root/sys"
+else
+  mount -t sysfs sysfs "$root/sys"
+fi
 mount --rbind /dev "$root/dev"
 mount -t tmpfs -o mode=0755 tmpfs "$root/run"
 mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+if [ -n "$deb_dir" ] && [ "${HALTPOLL_REAL_SYSFS:-}" != 1 ]; then
+  mount --bind "$root/proc/sys" "$root/proc/sys"
+  mount -o remount,bind,ro "$root/proc/sys"
+fi
 if [ "${HALTPOLL_REAL_SYSFS:-}" != 1 ]; then
   # The fake haltpoll module and cpuidle files, where the unit's ReadWritePaths= expects them.
   mount -t tmpfs -o mode=0755 tmpfs "$root/sys/module"

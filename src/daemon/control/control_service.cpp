@@ -21,6 +21,8 @@ type LatencyBucket (le_ns: ?int, count: int)
 type Latency (count: int, sum_ns: int, p50_ns: int, p90_ns: int, p99_ns: int, p999_ns: int, buckets: ?[]LatencyBucket)
 )";
 constexpr const char* kIdlTail = R"(
+type OtherWriter (parameter: string, value: string, expected: string, who: string, since_unix_ms: int)
+
 error ConfigRefused (path: string, reason: string, file: ?string)
 error NoSuchCpu (cpu: int)
 error RestartRequired (paths: []string)
@@ -131,7 +133,7 @@ void register_control_interface(varlink::Registry& registry, ControlBackend& bac
                       "# kernel signals there are (and why not), tuner.\n"
                       "method GetStatus() -> (version: string, mode: string, mode_reason: string, backend: string,\n"
                       "  cpus: []int, uptime_seconds: float, kernel: KernelParams, kernel_signals: object,\n"
-                      "  controller: ?object)",
+                      "  controller: ?object, other_writer: ?OtherWriter)",
                       .handler = [b](const Call& c, const Peer&) {
                         Reply err;
                         if (!only_known(c.parameters, {}, err)) return err;
@@ -213,6 +215,16 @@ void register_control_interface(varlink::Registry& registry, ControlBackend& bac
                         if (!only_known(c.parameters, {}, err)) return err;
                         b->reset_stats();
                         return ok(json::object());
+                      }});
+  registry.add(Method{.name = name("TakeOver"),
+                      .signature =
+                      "# Takes the parameters back from another writer: the values in force become the originals\n"
+                      "# and kernel mode resumes. took_over is false (with the reason) when there was none.\n"
+                      "method TakeOver() -> (took_over: bool, message: string, other_writer: ?OtherWriter)",
+                      .admin_only = true, .handler = [b](const Call& c, const Peer&) {
+                        Reply err;
+                        if (!only_known(c.parameters, {}, err)) return err;
+                        return ok(b->take_over());
                       }});
   registry.add(Method{.name = name("GetDecisions"),
                       .signature =

@@ -36,6 +36,9 @@ class ControlBackend {
   // running config when the file is refused.
   virtual ReloadResult reload() = 0;
   virtual void reset_stats() = 0;
+  // Takes the parameters back from another writer (Controller::take_over()):
+  // {took_over, message, other_writer}.
+  virtual nlohmann::json take_over() = 0;
   virtual nlohmann::json decisions(std::size_t limit) = 0;
 };
 

@@ -151,7 +151,17 @@ json status_to_json(const ControllerStatus& s) {
   } else {
     j["last_observation"] = nullptr;
   }
+  j["other_writer"] = other_writer_to_json(s.other_writer);
   return j;
+}
+
+json other_writer_to_json(const std::optional<OtherWriter>& w) {
+  if (!w) return nullptr;
+  return {{"parameter", w->value.parameter},
+          {"value", w->value.value},
+          {"expected", w->value.expected},
+          {"who", w->value.who},
+          {"since_unix_ms", w->since_unix_ms}};
 }
 
 }  // namespace haltpolld

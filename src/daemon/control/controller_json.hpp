@@ -15,5 +15,7 @@ nlohmann::json status_to_json(const ControllerStatus& s);
 nlohmann::json decision_to_json(const DecisionRecord& d);
 nlohmann::json decisions_to_json(const std::vector<DecisionRecord>& log);  // an array, oldest first
 nlohmann::json to_json(const TunerParams& p);
+// GetStatus' other_writer: {parameter, value, expected, who, since_unix_ms}, or null.
+nlohmann::json other_writer_to_json(const std::optional<OtherWriter>& w);
 
 }  // namespace haltpolld

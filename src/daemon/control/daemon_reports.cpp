@@ -51,6 +51,7 @@ json daemon_status_json(const Config& config, const DaemonSnapshot& snapshot, co
   }
   s["pool"] = pool_json;
   s["controller"] = snapshot.controller ? status_to_json(*snapshot.controller) : json(nullptr);
+  s["other_writer"] = snapshot.controller ? other_writer_to_json(snapshot.controller->other_writer) : json(nullptr);
   const ControlServerCounters c = facts.control.value_or(ControlServerCounters{});
   s["control"] = {{"socket", config.socket.path},
                   {"connections", c.connections_open},

@@ -86,6 +86,9 @@ void render_fleet_series(Exposition& e, const FleetSeries& f) {
   e.family("haltpoll_state_file_pending", "gauge",
            "1 while a state file with saved original kernel parameters is left behind unapplied.");
   e.sample("haltpoll_state_file_pending", "", f.state_file_pending ? "1" : "0");
+  e.family("haltpoll_other_writer", "gauge",
+           "1 while another writer owns a haltpoll parameter (labelled) and haltpolld does not write; 0 otherwise.");
+  e.sample("haltpoll_other_writer", "parameter=\"" + escape_label(f.other_writer) + "\"", f.other_writer.empty() ? "0" : "1");
   if (!f.tuner_policy.empty()) {
     e.family("haltpoll_tuner_info", "gauge", "Constant 1, labelled with the tuner's policy.");
     e.sample("haltpoll_tuner_info", "policy=\"" + escape_label(f.tuner_policy) + "\"", "1");

@@ -58,6 +58,7 @@ struct FleetSeries {
   std::string mode_reason;                     // why not kernel mode; empty when kernel mode is active
   std::string tuner_policy;
   bool state_file_pending = false;  // a state file with saved originals that this run has not put back
+  std::string other_writer;         // the parameter another writer set (haltpolld stopped writing); empty: none
   struct DecisionCount {
     std::string action;
     std::uint64_t count = 0;

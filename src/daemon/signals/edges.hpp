@@ -69,6 +69,15 @@ struct ActuatorResult {
   std::string message;
 };
 
+// A value in force that this run neither wrote nor found: another writer (TuneD, an administrator,
+// a second tool) has the parameters now.
+struct ForeignValue {
+  std::string parameter;  // a parameter of HaltpollActuator::kParams, or "cpuidle_governor"
+  std::string value;      // in force
+  std::string expected;   // what this run wrote there, or found when it started to write
+  std::string who;        // the writer as far as the guest tells, else "unknown writer"
+};
+
 // The kernel's haltpoll parameters (the library's table, HALTPOLL_PARAMS) and the per-CPU poll
 // limits. Changes are undone by restore(); the originals are kept where they survive a crash, and
 // recover() puts back what a run that did not stop cleanly left changed.
@@ -87,6 +96,10 @@ class HaltpollActuator {
   // A parameter of kParams as the kernel has it ("200000", "Y"); empty when unreadable.
   virtual std::optional<std::string> read(const char* name) const = 0;
   virtual std::optional<std::uint32_t> read_poll_ns() const = 0;
+  // While held, read() and read_poll_ns() return what the first read of each file gave, until this
+  // actuator writes it: a tick reads each parameter file once (the Controller holds reads for the
+  // tick and the status it leaves behind). Released, every read goes to the kernel again.
+  virtual void hold_reads(bool /*on*/) {}
 
   // Each saves the originals before the first change and changes only what differs.
   virtual ActuatorResult set_poll_ns(std::uint32_t ns) = 0;
@@ -104,6 +117,22 @@ class HaltpollActuator {
   // when they are not. recheck_blocked() looks again and says what changed, empty when nothing did.
   virtual const std::string& blocked_reason() const = 0;
   virtual std::string recheck_blocked() = 0;
+
+  // Another writer. expect_values_in_force() takes the values in force as this run's own (kernel
+  // mode starts); from then on each write updates them, and foreign_value() names the first value in
+  // force that differs, and who wrote it (looked for only then). yield_to() records that the
+  // originals are superseded: nothing is written any more, and restore() and recover() leave the
+  // other writer's values in place (they put back only values this run wrote and that are still in
+  // force). take_over() makes the values in force the originals of what the other writer changed.
+  // An actuator that cannot tell has no other writer.
+  virtual void expect_values_in_force() {}
+  // A writer that declares the parameters its own before this run writes any (the active TuneD
+  // profile names them): kernel mode then starts yielded, with the value in force as both `value`
+  // and `expected`. Empty when none does.
+  virtual std::optional<ForeignValue> claimed_by_other() { return std::nullopt; }
+  virtual std::optional<ForeignValue> foreign_value() { return std::nullopt; }
+  virtual ActuatorResult yield_to(const ForeignValue&) { return {}; }
+  virtual ActuatorResult take_over() { return {}; }
 
   // Where the parameters are and where the originals are kept, for status.
   virtual std::string params_location() const = 0;

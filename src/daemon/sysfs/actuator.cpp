@@ -1,6 +1,7 @@
 #include "sysfs/actuator.hpp"
 
 #include "sysfs/file_io.hpp"
+#include "sysfs/other_writer.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -21,6 +22,13 @@ namespace haltpolld {
 namespace {
 
 std::string errno_text(int e) { return std::strerror(e); }
+
+// A value read from a file, for a message: printable ASCII, at most 64 characters.
+std::string printable_value(const std::string& s) {
+  std::string out;
+  for (char c : s.substr(0, 64)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  return s.size() > 64 ? out + "..." : out;
+}
 
 // Any edit, chmod, chown or replacement of the file changes one of these.
 std::string identity_of(const std::string& path) {
@@ -86,7 +94,15 @@ KernelHaltpollState SysfsHaltpollParams::detect() const {
 }
 
 std::optional<std::string> SysfsHaltpollParams::read(const char* name) const {
-  return read_small_file(params_dir() + "/" + name);
+  if (!held_reads_) return read_small_file(params_dir() + "/" + name);
+  auto it = held_reads_->find(name);
+  if (it == held_reads_->end()) it = held_reads_->emplace(name, read_small_file(params_dir() + "/" + name)).first;
+  return it->second;
+}
+
+void SysfsHaltpollParams::hold_reads(bool on) {
+  if (on) held_reads_.emplace();
+  else held_reads_.reset();
 }
 
 std::optional<std::uint32_t> SysfsHaltpollParams::read_poll_ns() const {
@@ -146,6 +162,7 @@ SysfsHaltpollParams::Result write_value_file(const std::string& path, const std:
 SysfsHaltpollParams::Result SysfsHaltpollParams::write_param(const std::string& dir, const std::string& name,
                                                              const std::string& value) const {
   const std::string path = dir + "/" + name;
+  if (held_reads_) held_reads_->erase(name);  // the next read sees what the kernel made of the write
   if (!valid_value(name, value)) {
     Result r;
     r.ok = false;
@@ -268,6 +285,14 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::write_state_file(const std::map
   j["pid"] = ::getpid();
   j["params"] = values;
   if (!governor.empty()) j["cpuidle_governor"] = governor;
+  // Always present (even empty), so that recover() tells a value in force that is neither the
+  // original nor one written here for another writer's.
+  j["written"] = written_;
+  if (other_writer_)
+    j["other_writer"] = {{"parameter", other_writer_->parameter},
+                         {"value", other_writer_->value},
+                         {"expected", other_writer_->expected},
+                         {"who", other_writer_->who}};
   int e = replace_file_atomically(state_file_, j.dump(2) + "\n", {.mode = 0600, .sync_directory = true, .create_directory = true});
   std::string why = e == 0 ? std::string() : errno_text(e);
   if (e == 0) {
@@ -296,30 +321,72 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::ensure_saved() {
   return write_state_file(*saved_, saved_governor_);
 }
 
+SysfsHaltpollParams::Result SysfsHaltpollParams::write_recorded(const char* name, const std::string& value) {
+  const std::vector<std::string> before = written_[name];
+  const bool record = before.empty() || before.back() != value;
+  if (record) {
+    // Recorded before the write, with the value it replaces: after a kill between the two, recover()
+    // sees whichever is in force as this run's.
+    written_[name] = before.empty() ? std::vector<std::string>{value} : std::vector<std::string>{before.back(), value};
+    if (Result s = write_state_file(*saved_, saved_governor_); !s.ok) {
+      written_[name] = before;
+      return s;
+    }
+  }
+  Result r = write_param(params_dir(), name, value);
+  if (r.ok) {
+    expected_[name] = value;
+  } else if (record) {
+    written_[name] = before;  // not in force (best effort: a stale record only makes recover() leave the value)
+    (void)write_state_file(*saved_, saved_governor_);
+  }
+  if (written_[name].empty()) written_.erase(name);
+  return r;
+}
+
+bool SysfsHaltpollParams::is_written(const Written& w, const std::string& name, const std::string& value) {
+  const auto it = w.find(name);
+  return it != w.end() && std::find(it->second.begin(), it->second.end(), value) != it->second.end();
+}
+
 SysfsHaltpollParams::Result SysfsHaltpollParams::set_poll_ns(std::uint32_t ns) {
   if (Result s = ensure_saved(); !s.ok) return s;
   if (last_written_ == ns) return {};
   if (auto cur = read_poll_ns(); cur && *cur == ns) {
     last_written_ = ns;
+    expected_["guest_halt_poll_ns"] = std::to_string(ns);
     return {};
   }
-  Result r = write_param(params_dir(), "guest_halt_poll_ns", std::to_string(ns));
+  Result r = write_recorded("guest_halt_poll_ns", std::to_string(ns));
   if (r.ok) last_written_ = ns;
   return r;
 }
 
 SysfsHaltpollParams::Result SysfsHaltpollParams::set_grow_start_ns(std::uint32_t ns) {
   if (Result s = ensure_saved(); !s.ok) return s;
-  if (auto cur = read("guest_halt_poll_grow_start"); cur && *cur == std::to_string(ns)) return {};
-  return write_param(params_dir(), "guest_halt_poll_grow_start", std::to_string(ns));
+  const std::string value = std::to_string(ns);
+  if (auto cur = read("guest_halt_poll_grow_start"); cur && *cur == value) {
+    expected_["guest_halt_poll_grow_start"] = value;
+    return {};
+  }
+  return write_recorded("guest_halt_poll_grow_start", value);
 }
 
 SysfsHaltpollParams::Result SysfsHaltpollParams::restore_values(const std::string& dir,
-                                                                const std::map<std::string, std::string>& values) const {
+                                                                const std::map<std::string, std::string>& values,
+                                                                const Written* written) const {
   Result all;
   for (const auto& [name, value] : values) {
     auto cur = read_small_file(dir + "/" + name);
     if (cur && *cur == value) continue;
+    if (written && cur) {
+      // Only a value this run wrote goes back: any other is another writer's.
+      if (!is_written(*written, name, *cur)) {
+        all.message += fmt::format("{}{} left at {} (not written by haltpolld)", all.message.empty() ? "" : "; ",
+                                   name, printable_value(*cur));
+        continue;
+      }
+    }
     Result r = write_param(dir, name, value);
     if (!r.ok) {
       all.ok = false;
@@ -335,8 +402,9 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::restore_values(const std::strin
 SysfsHaltpollParams::Result SysfsHaltpollParams::restore() {
   Result r;
   if (!saved_) return r;  // a state file this run did not write is not this run's to remove
-  r = restore_values(params_dir(), *saved_);
-  if (Result g = restore_governor(saved_governor_); !g.ok) {
+  r = restore_values(params_dir(), *saved_, &written_);
+  // A governor another writer chose stays.
+  if (Result g = other_writer_ ? Result{} : restore_governor(saved_governor_); !g.ok) {
     r.ok = false;
     r.error = g.error;
     r.message += (r.message.empty() ? "" : "; ") + g.message;
@@ -346,7 +414,78 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::restore() {
   std::filesystem::remove(state_file_, ec);
   saved_.reset();
   last_written_.reset();
+  written_.clear();
   return r;
+}
+
+void SysfsHaltpollParams::expect_values_in_force() {
+  expected_.clear();
+  for (const char* name : kParams)
+    if (auto v = read(name)) expected_[name] = *v;
+  if (auto g = read_small_file(cpuidle_dir() + "current_governor")) expected_["cpuidle_governor"] = *g;
+  watching_ = true;
+}
+
+std::optional<ForeignValue> SysfsHaltpollParams::claimed_by_other() {
+  const std::string who = tuned_haltpoll_writer(root_, "guest_halt_poll_ns");
+  if (who.empty()) return std::nullopt;
+  std::string parameter = "guest_halt_poll_ns";
+  if (who.find(parameter) == std::string::npos)
+    for (const char* name : kParams)
+      if (who.find(name) != std::string::npos) {
+        parameter = name;
+        break;
+      }
+  const std::string value = printable_value(read(parameter.c_str()).value_or(""));
+  return ForeignValue{parameter, value, value, who};
+}
+
+std::optional<ForeignValue> SysfsHaltpollParams::foreign_value() {
+  if (!watching_ || other_writer_) return std::nullopt;
+  auto differs = [&](const std::string& name, const std::optional<std::string>& cur) -> std::optional<ForeignValue> {
+    const auto e = expected_.find(name);
+    if (!cur || e == expected_.end() || e->second == *cur) return std::nullopt;  // unreadable is not foreign
+    return ForeignValue{name, printable_value(*cur), e->second, {}};
+  };
+  std::optional<ForeignValue> f;
+  for (const char* name : kParams)
+    if ((f = differs(name, read(name)))) break;
+  if (!f) f = differs("cpuidle_governor", read_small_file(cpuidle_dir() + "current_governor"));
+  // Who, only now: a foreign value is rare, the look (TuneD's files, /proc) is not free.
+  if (f) f->who = identify_other_writer(root_, params_dir(), f->parameter);
+  return f;
+}
+
+SysfsHaltpollParams::Result SysfsHaltpollParams::yield_to(const ForeignValue& f) {
+  other_writer_ = f;
+  watching_ = false;
+  last_written_.reset();
+  if (!saved_) return {};
+  // The stop path, a restart's recover() and `haltpolld --restore` must all leave the other
+  // writer's values: the state file says that the originals are superseded.
+  return write_state_file(*saved_, saved_governor_);
+}
+
+SysfsHaltpollParams::Result SysfsHaltpollParams::take_over() {
+  const bool governor_taken = other_writer_ && other_writer_->parameter == "cpuidle_governor";
+  other_writer_.reset();
+  watching_ = false;
+  last_written_.reset();
+  if (!saved_) return {};
+  // What the other writer set is the new original; a value this run wrote and still in force keeps
+  // the original it replaced.
+  for (const char* name : kParams) {
+    const auto cur = read(name);
+    if (!cur || !valid_value(name, *cur)) continue;
+    if (is_written(written_, name, *cur)) continue;
+    (*saved_)[name] = *cur;
+    written_.erase(name);
+  }
+  if (governor_taken) {
+    const std::string g = read_small_file(cpuidle_dir() + "current_governor").value_or("");
+    if (valid_governor(g)) saved_governor_ = g;
+  }
+  return write_state_file(*saved_, saved_governor_);
 }
 
 std::string SysfsHaltpollParams::recheck_blocked() {
@@ -418,14 +557,44 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::recover() {
     if (available.find(" " + governor + " ") == std::string::npos)
       return refuse(EINVAL, fmt::format("cpuidle_governor '{}' is not in available_governors", governor));
   }
-  Result w = restore_values(params_dir(), values);
+  // What the run wrote (absent in files of older versions: then every value differing goes back).
+  std::optional<Written> written;
+  if (const auto wr = j.find("written"); wr != j.end()) {
+    if (!wr->is_object()) return refuse(EINVAL, "written is not an object");
+    written.emplace();
+    for (const auto& [name, v] : wr->items()) {
+      if (std::find_if(kParams.begin(), kParams.end(), [&](const char* p) { return name == p; }) == kParams.end())
+        return refuse(EINVAL, fmt::format("written names '{}', not a haltpoll parameter", printable_value(name)));
+      if (!v.is_array() || v.empty() || v.size() > 2)
+        return refuse(EINVAL, fmt::format("written.{} is not a list of one or two values", name));
+      for (const auto& e : v) {
+        if (!e.is_string() || !valid_value(name, e.get<std::string>()))
+          return refuse(EINVAL, fmt::format("written.{} holds an invalid value", name));
+        (*written)[name].push_back(e.get<std::string>());
+      }
+    }
+  }
+  // Superseded originals: another writer's values (and governor) stay.
+  std::string other;
+  if (const auto ow = j.find("other_writer"); ow != j.end()) {
+    if (!ow->is_object()) return refuse(EINVAL, "other_writer is not an object");
+    const auto who = ow->find("who");
+    other = who != ow->end() && who->is_string() ? printable_value(who->get<std::string>()) : std::string(kUnknownWriter);
+  }
+  Result w = restore_values(params_dir(), values, written ? &*written : nullptr);
   if (!w.ok) return refuse(w.error, "restoring its values: " + w.message);
-  if (Result g = restore_governor(governor); !g.ok) return refuse(g.error, "restoring the governor: " + g.message);
-  else if (g.written) w.written = true;
+  const std::string left = w.message;
+  if (other.empty()) {
+    Result g = restore_governor(governor);
+    if (!g.ok) return refuse(g.error, "restoring the governor: " + g.message);
+    if (g.written) w.written = true;
+  }
   std::error_code ec;
   std::filesystem::remove(state_file_, ec);
   r.message = fmt::format("restored the haltpoll parameters saved by pid {} in {} ({})", pid, state_file_,
                           w.written ? "values changed back" : "values were already the originals");
+  if (!other.empty()) r.message += fmt::format("; the originals were superseded by another writer ({})", other);
+  if (!left.empty()) r.message += "; " + left;
   r.written = true;  // a state file was found and handled
   return r;
 }

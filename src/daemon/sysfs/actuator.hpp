@@ -25,6 +25,15 @@
 // governor found is saved in the state file with the parameters, and recover() and restore() put
 // it back, so a crash between the two writes does not leave the guest on another governor.
 //
+// Another writer: the actuator knows what it wrote (each value is recorded in the state file, under
+// "written", before it is written, next to the value before it: a kill between the record and the
+// write leaves either in force) and what it found when kernel mode started, and foreign_value()
+// compares the values in force with those. Once it yields to another writer, the state file says so
+// ("other_writer"): restore(), recover() and `haltpolld --restore` then put back only the values
+// this run wrote that are still in force, never the other writer's, and leave the governor alone.
+// recover() applies the same rule to any state file with "written": a value in force that is
+// neither the original nor the one written is another writer's and stays.
+//
 // It is the real kernel's HaltpollActuator (signals/edges.hpp).
 #pragma once
 
@@ -34,6 +43,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace haltpolld {
 
@@ -59,6 +69,7 @@ class SysfsHaltpollParams final : public HaltpollActuator {
 
   std::optional<std::string> read(const char* name) const override;
   std::optional<std::uint32_t> read_poll_ns() const override;
+  void hold_reads(bool on) override;
 
   // A state file left by a run that did not stop cleanly: put its values back and remove it.
   // ok=true, written=false and an empty message when there was none.
@@ -90,8 +101,16 @@ class SysfsHaltpollParams final : public HaltpollActuator {
   // A name current_governor may be given: 1-15 characters of [a-z0-9_].
   static bool valid_governor(const std::string& name);
 
-  // Puts the saved originals back (only those that differ) and removes the state file.
+  // Puts the saved originals back (only those that differ and hold what this run wrote) and removes
+  // the state file.
   Result restore() override;
+
+  void expect_values_in_force() override;
+  std::optional<ForeignValue> claimed_by_other() override;
+  std::optional<ForeignValue> foreign_value() override;
+  Result yield_to(const ForeignValue& f) override;
+  Result take_over() override;
+  const std::optional<ForeignValue>& other_writer() const noexcept { return other_writer_; }
   bool has_saved_originals() const noexcept override { return saved_.has_value(); }
   const std::optional<std::map<std::string, std::string>>& saved_originals() const noexcept { return saved_; }
 
@@ -100,8 +119,19 @@ class SysfsHaltpollParams final : public HaltpollActuator {
   // save_originals() the first time; later, writes the state file again if it has gone.
   Result ensure_saved();
   Result write_state_file(const std::map<std::string, std::string>& values, const std::string& governor) const;
+  // Records `value` as written to `name` (in the state file first), then writes it.
+  Result write_recorded(const char* name, const std::string& value);
   Result write_param(const std::string& dir, const std::string& name, const std::string& value) const;
-  Result restore_values(const std::string& dir, const std::map<std::string, std::string>& values) const;
+  // The reads held by hold_reads(true), by parameter name; empty when not held.
+  mutable std::optional<std::map<std::string, std::optional<std::string>>> held_reads_;
+  // By parameter, the values this run wrote that may be in force: the last one and, while it is
+  // being written, the one before.
+  using Written = std::map<std::string, std::vector<std::string>>;
+  static bool is_written(const Written& w, const std::string& name, const std::string& value);
+  // Puts `values` back where they differ; with `written`, only where the value in force is one
+  // written (any other is another writer's: left, and said in the message).
+  Result restore_values(const std::string& dir, const std::map<std::string, std::string>& values,
+                        const Written* written) const;
   std::string cpuidle_dir() const;
   Result write_governor(const std::string& name) const;
   // Puts `name` back as the current governor when another one is in force.
@@ -113,6 +143,10 @@ class SysfsHaltpollParams final : public HaltpollActuator {
   std::optional<std::uint32_t> last_written_;
   std::string saved_governor_;  // the governor found when the originals were saved ("" if unknown)
   std::uint64_t limit_resets_ = 0;
+  Written written_;  // what this run wrote, by parameter: the last value and the one before (recorded in the state file)
+  std::map<std::string, std::string> expected_;  // the values this run owns: found when watching started, or written
+  bool watching_ = false;
+  std::optional<ForeignValue> other_writer_;     // set by yield_to(): the originals are superseded
   std::string blocked_;
   std::string blocked_identity_;  // device, inode, ctime and size of the refused state file
 };

@@ -8,6 +8,17 @@
 
 namespace haltpolld {
 
+namespace {
+
+// "another writer set X to V (haltpolld had E): who", or for a claim before any write "another
+// writer owns X (V): who".
+std::string describe(const ForeignValue& f) {
+  if (f.value == f.expected) return fmt::format("another writer owns {} ({}): {}", f.parameter, f.value, f.who);
+  return fmt::format("another writer set {} to {} (haltpolld had {}): {}", f.parameter, f.value, f.expected, f.who);
+}
+
+}  // namespace
+
 Controller::Controller(ControllerOptions options, GuestEdges edges, haltpoll::WorkerPool* pool)
     : Controller(std::move(options), std::move(edges), make_pool_access(pool)) {}
 
@@ -54,7 +65,7 @@ void Controller::start_prober() {
 void Controller::detect_locked() { kernel_ = actuator_->detect(); }
 
 Controller::Target Controller::target_locked() const {
-  if (options_.kernel_mode && kernel_.active && degraded_reason_.empty()) return Target::kernel;
+  if (options_.kernel_mode && kernel_.active && degraded_reason_.empty() && !other_writer_) return Target::kernel;
   if (pool_) return Target::pool;
   return Target::none;
 }
@@ -99,6 +110,8 @@ void Controller::start() {
     }
   }
   tuner_.reset(in_force);
+  watching_ = false;
+  watch_locked(t);
   signals_->sample(clock_->steady_ns());  // prime the deltas
   if (pool_) last_pool_ = pool_->counters();
   start_prober();
@@ -107,6 +120,25 @@ void Controller::start() {
 
 Decision Controller::tick() {
   std::lock_guard lock(mu_);
+  // Each parameter file once per tick: the look for another writer, the value in force and the
+  // status below share one read of each.
+  struct Held {
+    HaltpollActuator& a;
+    explicit Held(HaltpollActuator& x) : a(x) { a.hold_reads(true); }
+    ~Held() { a.hold_reads(false); }
+  } held(*actuator_);
+  tick_status_.reset();
+  Decision d = tick_locked();
+  tick_status_ = status_locked();
+  return d;
+}
+
+std::optional<ControllerStatus> Controller::tick_status() const {
+  std::lock_guard lock(mu_);
+  return tick_status_;
+}
+
+Decision Controller::tick_locked() {
   // Kernel mode refused for an unapplied state file comes back by itself once an operator removes or
   // repairs that file: no reload needed.
   if (!degraded_reason_.empty() && !actuator_->blocked_reason().empty()) {
@@ -121,7 +153,7 @@ Decision Controller::tick() {
       }
     }
   }
-  const Target t = target_locked();
+  const Target t = watch_locked(target_locked());
   Observation obs = signals_->sample(clock_->steady_ns());
   obs.tick = ++ticks_;
 
@@ -300,11 +332,70 @@ Decision Controller::tick() {
 }
 
 void Controller::restore_locked() {
+  watching_ = false;
   if (!actuator_->has_saved_originals()) return;
   auto r = actuator_->restore();
   if (!r.ok) spdlog::error("restoring the haltpoll parameters: {} (state file {} kept for the next start)",
                            r.message, actuator_->originals_location());
-  else spdlog::info("restored the original haltpoll parameters");
+  else if (r.message.empty()) spdlog::info("restored the original haltpoll parameters");
+  else spdlog::info("restored the original haltpoll parameters this run changed; {}", r.message);
+}
+
+Controller::Target Controller::watch_locked(Target t) {
+  if (t != Target::kernel) {
+    watching_ = false;
+    return t;
+  }
+  std::optional<ForeignValue> f;
+  if (!watching_) {
+    // Kernel mode starts (start, reload, a take-over): what is in force now is this run's to change,
+    // unless another writer declares the parameters its own (TuneD's profile).
+    f = taken_over_ ? std::nullopt : actuator_->claimed_by_other();
+    if (!f) {
+      actuator_->expect_values_in_force();
+      watching_ = true;
+      return t;
+    }
+  } else {
+    f = actuator_->foreign_value();
+  }
+  if (!f) return t;
+  other_writer_ = OtherWriter{*f, clock_->unix_ms()};
+  watching_ = false;
+  spdlog::warn("{}; haltpolld stops writing and leaves its values in place (haltpollctl take-over takes the "
+               "parameters back)",
+               describe(*f));
+  if (auto r = actuator_->yield_to(*f); !r.ok)
+    spdlog::error("recording the other writer in the state file: {}", r.message);
+  return target_locked();
+}
+
+Controller::TakeOver Controller::take_over() {
+  std::lock_guard lock(mu_);
+  TakeOver r;
+  if (!other_writer_) {
+    r.message = "no other writer: nothing to take over";
+    return r;
+  }
+  if (auto a = actuator_->take_over(); !a.ok) {
+    r.message = "the state file could not record the new originals: " + a.message;
+    spdlog::error("take-over refused: {}", r.message);
+    return r;
+  }
+  r.took_over = true;
+  taken_over_ = true;
+  r.previous = std::move(other_writer_);
+  other_writer_.reset();
+  detect_locked();
+  // The tuner goes on from the value in force, which is now the original.
+  tuner_.reset(actuator_->read_poll_ns().value_or(tuner_.current_ns()));
+  const Target t = target_locked();
+  r.message = t == Target::kernel ? "the values in force are the new originals; kernel mode resumes"
+                                  : "the values in force are the new originals; kernel mode stays off: " +
+                                        std::string(!options_.kernel_mode ? "mode is observe" : kernel_.active ? degraded_reason_ : kernel_.reason);
+  spdlog::warn("take-over from {} ({} was {}): {}", r.previous->value.who, r.previous->value.parameter,
+               r.previous->value.value, r.message);
+  return r;
 }
 
 void Controller::degrade_locked(const std::string& why) {
@@ -358,6 +449,10 @@ std::string Controller::cpuidle_status() const {
 
 ControllerStatus Controller::status() const {
   std::lock_guard lock(mu_);
+  return status_locked();
+}
+
+ControllerStatus Controller::status_locked() const {
   const Target t = target_locked();
   ControllerStatus s;
   s.kernel_requested = options_.kernel_mode;
@@ -365,6 +460,9 @@ ControllerStatus Controller::status() const {
   if (!options_.kernel_mode) s.kernel_mode_inactive_reason = "mode is observe";
   else if (!kernel_.active) s.kernel_mode_inactive_reason = kernel_.reason;
   else if (!degraded_reason_.empty()) s.kernel_mode_inactive_reason = "write failed: " + degraded_reason_;
+  else if (other_writer_)
+    s.kernel_mode_inactive_reason =
+        describe(other_writer_->value) + "; haltpolld does not write while it does (haltpollctl take-over)";
   s.tuning_target = target_name(t);
   s.started = started_;
   s.ticks = ticks_;
@@ -406,6 +504,7 @@ ControllerStatus Controller::status() const {
     s.probes.reason = pool_ ? "probe rate is 0" : "no worker pool";
   }
   s.last_observation = last_obs_;
+  s.other_writer = other_writer_;
   return s;
 }
 

@@ -13,6 +13,13 @@
 // itself) when there is a pool, else nowhere (observe). A write failure degrades to observe with
 // the reason in status(). stop() restores the originals.
 //
+// Another writer: in kernel mode each tick first asks the actuator for a value in force that this
+// run neither wrote nor found (HaltpollActuator::foreign_value(), before the tuner sees the value).
+// One seen, the Controller stops writing (effective mode observe, the writer in status()), the
+// actuator records that the originals are superseded, and stop() leaves the other writer's values
+// in place. take_over() is the way back: the values in force become the originals and kernel mode
+// resumes. A reload does not take over.
+//
 // Thread-safety: in the daemon every call comes from the one thread that runs the io_context (the
 // tick timer, the varlink handlers, reload and shutdown), so the mutex that every public method
 // takes is never contended there. It stays so that a Controller may be read (status(),
@@ -65,6 +72,9 @@ class Controller {
   void stop();
 
   ControllerStatus status() const;
+  // The status as the last tick left it, from the files that tick read (no read of its own);
+  // empty before the first tick or after a tick that threw.
+  std::optional<ControllerStatus> tick_status() const;
   std::vector<DecisionRecord> decisions() const;  // newest last
   // The last tick's Observation (its kernel signals feed the stats snapshot); empty before the
   // first tick.
@@ -74,6 +84,15 @@ class Controller {
   // True while the tuner sweeps its ladder (not while it confirms a shrink): the daemon then ticks at
   // tuner.sweep_interval_ms.
   bool searching() const;
+  // Takes the parameters back from another writer: the values in force become the originals, and
+  // kernel mode resumes (when configured and possible). `took_over` false, with the reason, when
+  // there was no other writer.
+  struct TakeOver {
+    bool took_over = false;
+    std::string message;
+    std::optional<OtherWriter> previous;
+  };
+  TakeOver take_over();
   // New options (reload); the edges stay.
   void update(const ControllerOptions& options);
 
@@ -86,6 +105,9 @@ class Controller {
   void start_prober();
   void detect_locked();
   Target target_locked() const;
+  ControllerStatus status_locked() const;
+  Decision tick_locked();
+  std::optional<ControllerStatus> tick_status_;
   void restore_locked();
   // Leaves kernel mode after a refused write (`why`, for status): restores what this run changed.
   void degrade_locked(const std::string& why);
@@ -104,6 +126,11 @@ class Controller {
   bool started_ = false;
   KernelHaltpollState kernel_;
   std::string degraded_reason_;  // set when a write failed: kernel mode is off until reload
+  std::optional<OtherWriter> other_writer_;  // set when another writer was seen: kernel mode is off until take_over()
+  bool watching_ = false;  // the actuator watches for another writer (kernel mode is the target)
+  bool taken_over_ = false;  // take_over() ran: a writer's claim (claimed_by_other) no longer counts
+  // In kernel mode: starts watching, or looks for another writer and yields to it. Returns the target.
+  Target watch_locked(Target t);
   std::string recovery_message_;
   std::string reset_unavailable_;  // why reset_poll_limits() failed (not retried until reload)
   std::uint64_t limit_resets_ = 0;  // poll limit resets done

@@ -29,6 +29,13 @@ struct DecisionRecord {
   std::optional<double> halt_exit_penalty_ns;
 };
 
+// Another writer of the parameters (HaltpollActuator::foreign_value()) and since when: the
+// Controller stopped writing then, until a take-over.
+struct OtherWriter {
+  ForeignValue value;
+  std::int64_t since_unix_ms = 0;
+};
+
 struct ControllerStatus {
   bool kernel_requested = false;  // the configured mode is kernel
   bool kernel_effective = false;  // the Controller writes the kernel's parameters
@@ -80,6 +87,7 @@ struct ControllerStatus {
   } probes;
 
   std::optional<Observation> last_observation;
+  std::optional<OtherWriter> other_writer;  // empty: none seen (or taken over since)
 };
 
 }  // namespace haltpolld

@@ -14,6 +14,7 @@ class FakeBackend : public ControlBackend {
   Config cfg;
   bool reload_fails = false;
   int resets = 0;
+  int take_overs = 0;
   json status() override { return {{"version", "t"}, {"mode", "observe"}}; }
   StatsSnapshot stats() override {
     StatsSnapshot s;
@@ -49,6 +50,10 @@ class FakeBackend : public ControlBackend {
     return {cfg, {}};
   }
   void reset_stats() override { ++resets; }
+  json take_over() override {
+    ++take_overs;
+    return {{"took_over", true}, {"message", "taken"}, {"other_writer", nullptr}};
+  }
   json decisions(std::size_t limit) override {
     json d = json::array({{{"n", 1}}, {{"n", 2}}, {{"n", 3}}});
     if (limit && limit < d.size()) d.erase(d.begin(), d.begin() + static_cast<long>(d.size() - limit));
@@ -122,9 +127,15 @@ TEST_CASE("io.haltpolld Watch streams with more and stops after count") {
 
 TEST_CASE("io.haltpolld changes need admin, are validated and atomic") {
   Fixture f;
-  for (const char* m : {"SetConfig", "Reload", "ResetStats"})
+  for (const char* m : {"SetConfig", "Reload", "ResetStats", "TakeOver"})
     CHECK(f.call(m).error == varlink::errors::permission_denied);
   CHECK(f.backend.resets == 0);
+  CHECK(f.backend.take_overs == 0);
+  CHECK(f.call("TakeOver", {{"force", true}}, true).parameters["parameter"] == "force");
+  auto take = f.call("TakeOver", json::object(), true);
+  REQUIRE_FALSE(take.is_error());
+  CHECK(take.parameters["took_over"] == true);
+  CHECK(f.backend.take_overs == 1);
   CHECK_FALSE(f.call("ResetStats", json::object(), true).is_error());
   CHECK(f.backend.resets == 1);
 
@@ -158,6 +169,7 @@ TEST_CASE("the interface describes itself") {
   c.parameters = {{"interface", "io.haltpolld"}};
   auto d = f.reg.dispatch(c, f.user).parameters["description"].get<std::string>();
   for (const char* m : {"GetStatus", "GetStats", "GetConfig", "SetConfig", "Reload", "ResetStats", "GetDecisions",
-                        "GetMetrics", "Watch", "error ConfigRefused"})
+                        "GetMetrics", "Watch", "TakeOver", "type OtherWriter", "other_writer: ?OtherWriter",
+                        "error ConfigRefused"})
     CHECK(d.find(m) != std::string::npos);
 }

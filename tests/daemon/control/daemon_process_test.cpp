@@ -231,3 +231,170 @@ TEST_CASE("haltpolld --restore: refused while the daemon runs, puts the original
   CHECK_FALSE(std::filesystem::exists(state));
   CHECK(testsupport::run(restore).code == 0);
 }
+
+namespace {
+
+// A TuneD setup on the fake root as `tuned-adm profile haltpoll-test` leaves it: the active
+// profile's name in /etc/tuned, the profile there, including one under /usr/lib/tuned whose
+// [sysfs] section sets guest_halt_poll_ns (as sap-hana-kvm-guest does).
+void write_tuned_profile(const Daemon& d) {
+  std::filesystem::create_directories(d.sysfs + "/etc/tuned/haltpoll-test");
+  std::filesystem::create_directories(d.sysfs + "/usr/lib/tuned/latency-test");
+  std::ofstream(d.sysfs + "/etc/tuned/active_profile") << "haltpoll-test\n";
+  std::ofstream(d.sysfs + "/etc/tuned/haltpoll-test/tuned.conf") << "[main]\ninclude=latency-test\n";
+  std::ofstream(d.sysfs + "/usr/lib/tuned/latency-test/tuned.conf")
+      << "[main]\nsummary=test\n\n[sysfs]\n/sys/module/haltpoll/parameters/guest_halt_poll_ns = 2400000\n";
+}
+
+void write_param(const Daemon& d, const char* name, const char* value) {
+  std::ofstream(d.sysfs + "/sys/module/haltpoll/parameters/" + name) << value << "\n";
+}
+
+json status_of(const Daemon& d) {
+  RawClient c(d.socket);
+  return c.call("io.haltpolld.GetStatus")["parameters"];
+}
+
+// Waits until the daemon has seen the other writer of guest_halt_poll_ns.
+json wait_for_other_writer(const Daemon& d) {
+  json s;
+  REQUIRE(eventually([&] {
+    s = status_of(d);
+    return s["other_writer"].is_object();
+  }, 20s));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("another writer: haltpolld stops writing, says who, and its value survives the stop") {
+  Daemon d(kernel_config());
+  start_in_kernel_mode(d);
+  const std::string state = d.dir + "/haltpoll-params.json";
+  write_tuned_profile(d);
+  write_param(d, "guest_halt_poll_ns", "2400000");
+
+  const json s = wait_for_other_writer(d);
+  CAPTURE(s.dump());
+  CHECK(s["mode"] == "observe");
+  CHECK(s["mode_reason"].get<std::string>().find("another writer") != std::string::npos);
+  const json& w = s["other_writer"];
+  CHECK(w["parameter"] == "guest_halt_poll_ns");
+  CHECK(w["value"] == "2400000");
+  CHECK(w["expected"] == "100000");
+  const std::string who = w["who"];
+  CHECK(who.find("TuneD") != std::string::npos);
+  CHECK(who.find("'latency-test'") != std::string::npos);
+  CHECK(w["since_unix_ms"].get<std::int64_t>() > 0);
+  CHECK(s["controller"]["other_writer"] == w);
+  const std::string metrics = RawClient(d.socket).call("io.haltpolld.GetMetrics")["parameters"]["text"];
+  CHECK(metrics.find("haltpoll_other_writer{parameter=\"guest_halt_poll_ns\"} 1") != std::string::npos);
+  // The state file says so, for a stop that does not finish.
+  {
+    std::ifstream f(state);
+    const json j = json::parse(f);
+    CHECK(j["other_writer"]["parameter"] == "guest_halt_poll_ns");
+    CHECK(j["written"]["guest_halt_poll_ns"].back() == "100000");
+  }
+  // Ticks go on (200 ms each); nothing is written back.
+  std::this_thread::sleep_for(1s);
+  CHECK(param(d, "guest_halt_poll_ns") == "2400000");
+
+  CHECK(d.stop() == 0);
+  CAPTURE(d.proc->err());
+  CHECK(param(d, "guest_halt_poll_ns") == "2400000");
+  CHECK(param(d, "guest_halt_poll_grow_start") == "50000");
+  CHECK_FALSE(std::filesystem::exists(state));
+  CHECK(d.proc->err().find("guest_halt_poll_ns left at 2400000") != std::string::npos);
+}
+
+TEST_CASE("another writer: without TuneD it is unknown, and after a kill -9 --restore leaves its value") {
+  Daemon d(kernel_config());
+  start_in_kernel_mode(d);
+  const std::string state = d.dir + "/haltpoll-params.json";
+  write_param(d, "guest_halt_poll_ns", "300000");
+  const json s = wait_for_other_writer(d);
+  CHECK(s["other_writer"]["who"] == "unknown writer");
+
+  d.proc->signal(SIGKILL);
+  d.proc->wait(20s);
+  REQUIRE(std::filesystem::exists(state));
+  const auto r = testsupport::run({HALTPOLLD_BIN, "--config", d.config_file, "--socket", d.socket, "--sysfs-root",
+                                   d.sysfs, "--restore"});
+  CAPTURE(r.err);
+  CHECK(r.code == 0);
+  CHECK(param(d, "guest_halt_poll_ns") == "300000");
+  CHECK(r.err.find("superseded by another writer") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(state));
+}
+
+TEST_CASE("another writer after a kill -9: the next start keeps its value, puts back only what haltpolld wrote") {
+  Daemon d(kernel_config());
+  start_in_kernel_mode(d);
+  d.proc->signal(SIGKILL);
+  d.proc->wait(20s);
+  // Written while no daemon watched: the state file's record of what haltpolld wrote tells it apart.
+  write_param(d, "guest_halt_poll_ns", "300000");
+  write_param(d, "guest_halt_poll_grow", "4");
+  // A daemon in observe mode only recovers.
+  d.write_config(json{{"tuner", {{"interval_ms", 200}}}});
+  d.start();
+  CAPTURE(d.proc->err());
+  CHECK(d.proc->wait_for_output("guest_halt_poll_ns left at 300000", 20s));
+  CHECK(param(d, "guest_halt_poll_ns") == "300000");
+  CHECK(param(d, "guest_halt_poll_grow") == "4");
+  CHECK_FALSE(std::filesystem::exists(d.dir + "/haltpoll-params.json"));
+  CHECK(d.stop() == 0);
+}
+
+TEST_CASE("take-over: kernel mode again, and the stop restores the value in force at the take-over") {
+  Daemon d(kernel_config());
+  start_in_kernel_mode(d);
+  // Nothing to take over yet: said, and refused with a failure exit.
+  const std::vector<std::string> ctl = {HALTPOLLCTL_BIN, "--socket", d.socket, "take-over"};
+  auto none = testsupport::run(ctl);
+  CHECK(none.code == 1);
+  CHECK(none.out.find("no other writer") != std::string::npos);
+
+  write_param(d, "guest_halt_poll_ns", "2400000");
+  wait_for_other_writer(d);
+  auto r = testsupport::run(ctl);
+  CAPTURE(r.out, r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("kernel mode resumes") != std::string::npos);
+  const json s = status_of(d);
+  CHECK(s["mode"] == "kernel");
+  CHECK(s["other_writer"].is_null());
+  CHECK(eventually([&] { return param(d, "guest_halt_poll_ns") == "100000"; }, 20s));
+  const std::string metrics = RawClient(d.socket).call("io.haltpolld.GetMetrics")["parameters"]["text"];
+  CHECK(metrics.find("haltpoll_other_writer{parameter=\"\"} 0") != std::string::npos);
+
+  CHECK(d.stop() == 0);
+  CAPTURE(d.proc->err());
+  CHECK(param(d, "guest_halt_poll_ns") == "2400000");
+  CHECK(param(d, "guest_halt_poll_grow_start") == "50000");
+  CHECK_FALSE(std::filesystem::exists(d.dir + "/haltpoll-params.json"));
+}
+
+TEST_CASE("another writer: an active TuneD profile naming the parameters at start keeps haltpolld from writing") {
+  Daemon d(kernel_config());
+  REQUIRE(d.stop() == 0);
+  make_haltpoll_guest(d);
+  write_tuned_profile(d);
+  write_param(d, "guest_halt_poll_ns", "2400000");  // as TuneD applied it
+  d.start();
+  const json s = wait_for_other_writer(d);
+  CAPTURE(s.dump());
+  CHECK(s["mode"] == "observe");
+  CHECK(s["mode_reason"].get<std::string>().find("another writer owns guest_halt_poll_ns (2400000): TuneD") == 0);
+  std::this_thread::sleep_for(1s);
+  CHECK(param(d, "guest_halt_poll_ns") == "2400000");
+  // An explicit take-over wins over the profile: tuned, then the value found at the take-over back.
+  auto r = testsupport::run({HALTPOLLCTL_BIN, "--socket", d.socket, "take-over"});
+  CHECK(r.code == 0);
+  CHECK(eventually([&] { return param(d, "guest_halt_poll_ns") == "100000"; }, 20s));
+  std::this_thread::sleep_for(600ms);
+  CHECK(status_of(d)["other_writer"].is_null());
+  CHECK(d.stop() == 0);
+  CHECK(param(d, "guest_halt_poll_ns") == "2400000");
+}

@@ -84,7 +84,8 @@ TEST_CASE("originals are saved before the first write; writes only on change; re
   r = a.restore();
   CHECK(r.ok);
   CHECK(fs.param("guest_halt_poll_ns") == "200000");
-  CHECK(fs.param("guest_halt_poll_grow") == "2");
+  CHECK(fs.param("guest_halt_poll_grow") == "4");  // another writer's value: not this run's to undo
+  CHECK(r.message.find("guest_halt_poll_grow left at 4") != std::string::npos);
   CHECK(!std::filesystem::exists(state));
 }
 
@@ -154,8 +155,7 @@ TEST_CASE("after SIGKILL the next start restores the originals before its first 
   if (child == 0) {
     close(ready[0]);
     SysfsHaltpollParams a(fs.root(), dir.path() + "/haltpoll-params.json");
-    const bool ok = a.set_poll_ns(12345).ok;
-    fs.set_param("guest_halt_poll_grow_start", "7");  // as if the run had changed more
+    const bool ok = a.set_poll_ns(12345).ok && a.set_grow_start_ns(7).ok;
     const char c = ok ? 'y' : 'n';
     (void)!write(ready[1], &c, 1);
     for (;;) pause();

@@ -153,6 +153,13 @@ func main() {
 	check(err == nil, "ResetStats: err=%v", err)
 	done["ResetStats"] = true
 
+	// No other writer on this tree: nothing to take over, said in the reply.
+	out, err = call(ctx, c, "io.haltpolld.TakeOver", nil)
+	took, _ := out["took_over"].(bool)
+	msg, _ := out["message"].(string)
+	check(err == nil && !took && strings.Contains(msg, "no other writer"), "TakeOver: err=%v took_over=%v message=%q", err, took, msg)
+	done["TakeOver"] = true
+
 	out, err = call(ctx, c, "io.haltpolld.GetDecisions", object{"limit": 5})
 	_, isList := out["decisions"].([]interface{})
 	check(err == nil && isList, "GetDecisions(limit: 5): err=%v", err)
