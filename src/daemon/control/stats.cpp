@@ -196,11 +196,18 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
 
   json cpus = json::array();
   CpuKernelTotals sum;
+  // `all`'s CPU shares are the sum of the CPUs' shares, each at most one CPU: an idle period can
+  // end in a tick longer than the tick (it began before; a CPU brought back online ends the period
+  // it entered before going offline, however long that was).
+  double all_poll_percent = 0, all_halt_percent = 0;
   for (const CpuKernelSignals& c : last.cpus) {
     sum += CpuKernelTotals::of(c);
+    const json one = rates(CpuKernelTotals::of(c), 100.0);
+    all_poll_percent += one["poll_cpu_percent"].get<double>();
+    all_halt_percent += one["halt_cpu_percent"].get<double>();
     if (cpu && c.cpu != static_cast<int>(*cpu)) continue;
     json j = {{"cpu", c.cpu}};
-    j.update(rates(CpuKernelTotals::of(c), 100.0));
+    j.update(one);
     const PollMeans m = poll_means(c);
     j["mean_poll_ns"] = opt(m.poll_ns);
     j["mean_poll_hit_ns"] = opt(m.hit_ns);
@@ -216,6 +223,8 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
   }
   // `all`: the last tick summed over every CPU (CPU shares in % of one CPU), whatever the filter.
   json all = rates(sum, std::numeric_limits<double>::infinity());
+  all["poll_cpu_percent"] = all_poll_percent;
+  all["halt_cpu_percent"] = all_halt_percent;
   all["mean_poll_ns"] = sum.poll_entries ? json(static_cast<double>(sum.poll_ns) / static_cast<double>(sum.poll_entries)) : json(nullptr);
 
   CpuKernelTotals t;
