@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Per-cell counters of a real haltpoll guest for the simulator's calibration (docs/simulator.md).
+#
+# For every (load, static cap) cell, ROUNDS rounds, the caps in a random order within each round
+# and the loads in a random order within each cap: the load's result, and over the load's run
+# from cpuidle's sysfs counters idle entries/s, polls/s, halts/s and poll CPU per CPU, and from the
+# tracepoint sched:sched_wake_idle_without_ipi (counted in the kernel by `perf stat`, no ring
+# buffer) the wake-ups of a polling CPU that skipped an IPI. Counting that tracepoint costs the load
+# something (the pipe read 7.8-9.1 us/op bare and 11.5 under `perf stat` at 30000 on 2026-12-03), so
+# only odd rounds count it ("perf": true); even rounds run the load bare, for its result.
+# Each cell starts from fresh per-CPU limits (a governor round trip), as a guest booted with the cap.
+# One JSON line per cell on stdout and in OUT.
+#
+# It writes the REAL /sys/module/haltpoll/parameters: it holds /tmp/haltpoll-real-sysfs.lock for
+# its whole run and puts back the values it FOUND, and the governor, in a trap.
+#
+# Usage: scripts/record-calibration.sh [build_dir] [out.jsonl]
+#   build_dir  a built tree with bench_load_{rr,timer,poisson} (default build/dev)
+# Env: ROUNDS (4), LOAD_SECONDS (3), PIPE_LOOPS (100000), CAPS, LOADS (pipe rr db timer poisson idle)
+# Needs root, perf (linux-perf), python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${1:-build/dev}"
+OUT="${2:-$BUILD/calibration-counters.jsonl}"
+ROUNDS="${ROUNDS:-4}"
+LOAD_SECONDS="${LOAD_SECONDS:-3}"
+PIPE_LOOPS="${PIPE_LOOPS:-100000}"
+CAPS="${CAPS:-0 10000 20000 25000 30000 50000 75000 100000 150000 200000 400000}"
+LOADS="${LOADS:-pipe rr db timer poisson idle}"
+P=/sys/module/haltpoll/parameters
+G=/sys/devices/system/cpu/cpuidle/current_governor
+NAMES=(guest_halt_poll_ns guest_halt_poll_grow guest_halt_poll_grow_start guest_halt_poll_shrink
+       guest_halt_poll_allow_shrink)
+B="$BUILD/bench"
+
+[ "$(id -u)" = 0 ] || { echo "record-calibration: needs root (writes $P)" >&2; exit 1; }
+[ -d "$P" ] || { echo "record-calibration: $P does not exist (no haltpoll driver)" >&2; exit 1; }
+for bin in "$B/bench_load_rr" "$B/bench_load_timer" "$B/bench_load_poisson"; do
+  [ -x "$bin" ] || { echo "record-calibration: $bin missing; build the bench_load_* targets" >&2; exit 1; }
+done
+command -v perf >/dev/null || { echo "record-calibration: perf (linux-perf) missing" >&2; exit 1; }
+
+exec 9>/tmp/haltpoll-real-sysfs.lock
+flock 9
+declare -A FOUND
+for n in "${NAMES[@]}"; do FOUND[$n]="$(cat "$P/$n")"; done
+FOUND_GOV="$(cat "$G")"
+put_back() {
+  for n in "${NAMES[@]}"; do echo "${FOUND[$n]}" > "$P/$n" || true; done
+  [ "$(cat "$G")" = "$FOUND_GOV" ] || echo "$FOUND_GOV" > "$G" || true
+}
+restore() {
+  local rc=$?
+  put_back
+  for n in "${NAMES[@]}"; do
+    [ "$(cat "$P/$n")" = "${FOUND[$n]}" ] || { echo "record-calibration: $n NOT restored" >&2; rc=1; }
+  done
+  echo "record-calibration: put back $(for n in "${NAMES[@]}"; do printf '%s=%s ' "$n" "$(cat "$P/$n")"; done)governor=$(cat "$G")" >&2
+  exit $rc
+}
+trap restore EXIT INT TERM
+fresh_limits() {
+  [ "$FOUND_GOV" = haltpoll ] || return 0
+  echo menu > "$G" 2>/dev/null && echo haltpoll > "$G" || echo "$FOUND_GOV" > "$G" || true
+}
+# "cpu state usage time_us" of every CPU's cpuidle states.
+counters() {
+  local c d
+  for c in /sys/devices/system/cpu/cpu[0-9]*; do
+    [ -d "$c/cpuidle" ] || continue
+    for d in "$c"/cpuidle/state*; do
+      echo "${c##*/cpu} $(cat "$d/name" | tr -c "A-Za-z0-9_\n" _) $(cat "$d/usage") $(cat "$d/time")"
+    done
+  done
+}
+load_cmd() {
+  case $1 in
+    pipe) echo "perf bench sched pipe -l $PIPE_LOOPS" ;;
+    rr) echo "$B/bench_load_rr -d $LOAD_SECONDS -w 20 -t 10" ;;
+    db) echo "$B/bench_load_rr -d $LOAD_SECONDS -w 60 -t 60" ;;
+    timer) echo "$B/bench_load_timer -p 150 -d $LOAD_SECONDS" ;;
+    poisson) echo "$B/bench_load_poisson -r 2000 -d $LOAD_SECONDS" ;;
+    idle) echo "sleep $LOAD_SECONDS" ;;
+  esac
+}
+shuffle() { printf '%s\n' "$@" | shuf; }
+
+echo "{\"kernel\":\"$(uname -r)\",\"cpus\":$(nproc),\"cpu_model\":\"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')\",\"date\":\"$(date -u +%FT%TZ)\",\"found\":\"$(for n in "${NAMES[@]}"; do printf '%s=%s ' "$n" "${FOUND[$n]}"; done)\",\"loadavg_at_start\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}" > "$OUT.env.json"
+: > "$OUT"
+TMPD="$(mktemp -d /tmp/record-calibration-XXXXXX)"
+for round in $(seq 1 "$ROUNDS"); do
+  for cap in $(shuffle $CAPS); do
+    put_back
+    echo "$cap" > "$P/guest_halt_poll_ns"
+    for load in $(shuffle $LOADS); do
+      fresh_limits
+      sleep 0.2
+      counters > "$TMPD/before"
+      t0=$(date +%s%N)
+      : > "$TMPD/perf"
+      # shellcheck disable=SC2046
+      if [ $((round % 2)) = 1 ]; then
+        perf stat -x, -a -e sched:sched_wake_idle_without_ipi -o "$TMPD/perf" -- $(load_cmd "$load") > "$TMPD/out" 2>/dev/null || true
+      else
+        $(load_cmd "$load") > "$TMPD/out" 2>/dev/null || true
+      fi
+      t1=$(date +%s%N)
+      counters > "$TMPD/after"
+      python3 - "$round" "$cap" "$load" "$t0" "$t1" "$TMPD" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY' | tee -a "$OUT"
+import json, re, sys
+rnd, cap, load, t0, t1, d, la = sys.argv[1:]
+secs = (int(t1) - int(t0)) / 1e9
+def read(name):
+    out = {}
+    for line in open(f"{d}/{name}"):
+        cpu, state, usage, time_us = line.split()
+        out[(cpu, state)] = (int(usage), int(time_us))
+    return out
+a, b = read("before"), read("after")
+cpus = sorted({c for c, _ in a}, key=int)
+n = len(cpus)
+polls = sum(b[k][0] - a[k][0] for k in a if k[1] == "POLL")
+entries = sum(b[k][0] - a[k][0] for k in a)
+poll_us = {c: b[(c, "POLL")][1] - a[(c, "POLL")][1] for c in cpus if (c, "POLL") in a}
+ipi = None
+for line in open(f"{d}/perf"):
+    f = line.strip().split(",")
+    if len(f) > 2 and "sched_wake_idle_without_ipi" in line:
+        ipi = int(f[0]) if f[0].isdigit() else None
+out = open(f"{d}/out").read()
+row = {"round": int(rnd), "load": load, "cap": int(cap), "perf": int(rnd) % 2 == 1,
+       "seconds": round(secs, 3),
+       "idle_entries_per_s": round(entries / secs), "poll_entries_per_s": round(polls / secs),
+       "halts_per_s": round((entries - polls) / secs),
+       "ipi_skips_per_s": round(ipi / secs) if ipi is not None else None,
+       "poll_cpu_percent_per_cpu": round(sum(poll_us.values()) / n / 1e4 / secs, 3),
+       "poll_cpu_percent_busiest": round(max(poll_us.values()) / 1e4 / secs, 3),
+       "loadavg": float(la)}
+if load == "pipe":
+    m = re.search(r"([0-9.]+) usecs/op", out)
+    row["us_per_op"] = float(m.group(1)) if m else None
+elif load != "idle" and out.strip():
+    row.update(json.loads(out.strip().splitlines()[-1]))
+print(json.dumps(row))
+PY
+    done
+  done
+done
+rm -rf "$TMPD"
