@@ -11,12 +11,16 @@ FleetMetrics::FleetMetrics() {
   // Every action from the start, so that increase() over a window sees the zeros rise.
   for (Action a : {Action::hold, Action::grow, Action::shrink, Action::set, Action::revert})
     series_.decisions.push_back({to_string(a), 0});
+  for (Rule r : kRules) series_.rules.push_back({to_string(r), 0});
 }
 
 void FleetMetrics::record(const Decision& d) {
   const std::string name = to_string(d.action);
   for (auto& c : series_.decisions)
     if (c.action == name) ++c.count;
+  const std::string rule = to_string(d.rule);
+  for (auto& c : series_.rules)
+    if (c.action == rule) ++c.count;
   if (d.changed())
     series_.last_change_unix_seconds =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -18,44 +18,55 @@
 namespace haltpolld {
 
 struct TunerParams {
+  // THE TUNER'S PARAMETERS: each with its default and the reason for it (docs/tuning.md has the
+  // same table with the test that pins each boundary). "decision": it changes what the tuner
+  // chooses; the others say what is applied, reported or where the search runs.
   Policy policy = Policy::balanced;
   // static: the value to hold. Not a tuner.* key: the daemon gives it pool.guest_halt_poll_ns.
   std::uint32_t static_ns = 200000;
-  // latency: the mean wait per wake-up that halt exits may add (halts / wake-ups × penalty).
+  // decision (latency): the mean wait per wake-up that halt exits may add (halt share × penalty).
+  // 5 µs: a quarter of the real guest's ~20 µs halt exit, at most 25 % of wake-ups may halt.
   std::uint32_t target_wake_latency_ns = 5000;
-  // Percentile of the probe latencies reported in status (not a decision input any more).
+  // Percentile of the probe latencies reported in status (not a decision input).
   double percentile = 90;
-  // budget / balanced: the most a single CPU may spend polling, in % of that CPU.
+  // decision (budget): the most a single CPU may spend polling, in % of that CPU: a hard limit.
   double max_poll_cpu_percent = 10;
   // Bounds of the value. 0 disables polling; the kernel's default cap is 200000.
   std::uint32_t min_ns = 0;
   std::uint32_t max_ns = 400000;
-  // Lowest non-zero rung and the ratio between rungs: 12.5, 25, 50, 100, 200, 400 µs. The real
-  // guest's knees (pipe ≥ 30 µs, a database client ≥ 100 µs, a 150 µs timer ≤ 50 µs) each fall
-  // between two rungs, so one rung per factor two is enough and a full climb takes 7 ticks.
+  // decision: the lowest non-zero rung and the ratio between rungs: 12.5, 25, 50, 100, 200, 400 µs.
+  // The real guest's knees (pipe ≥ 30 µs, a database client ≥ 100 µs, a 150 µs timer ≤ 50 µs) each
+  // fall between two rungs, so one rung per factor two is enough and a full climb takes 7 ticks.
   std::uint32_t start_ns = 12500;
   double ladder_factor = 2.0;
-  // balanced: above the budget a rung is kept only when its benefit is this many times its cost.
+  // decision (balanced): λ, what a CPU-second of polling costs against a CPU-second of the load's
+  // work or of halt exits avoided. 1: polling must buy at least what it burns.
   double min_benefit_ratio = 1.0;
-  // A rung is judged once it saw this many idle periods (all CPUs), or after max_dwell_ticks.
+  // decision: a rung is judged once it saw this many idle periods (all CPUs), or after
+  // max_dwell_ticks. 1000 periods put the Poisson error of a rate near 3 %.
   std::uint64_t min_periods = 1000;
   std::uint32_t max_dwell_ticks = 3;
-  // Halts per second (all CPUs) that make growth worth trying. An idle guest halts 60-80 times a
-  // second; a 150 µs timer 6700, a pipe 33000, Poisson 2000/s about 1900.
+  // decision: halts per second (all CPUs) that make polling worth a sweep. An idle guest halts
+  // 60-80 times a second; a 150 µs timer 6700, a pipe 33000, Poisson 2000/s about 1900.
   double grow_halts_per_second = 500;
-  // A wake-rate rise smaller than this (fraction) is noise, not a closed loop speeding up.
-  double closed_loop_min_gain = 0.15;
-  // Signature change that counts as a new load: a factor on the wake or halt rate (above an
-  // absolute 300/s), or on poll CPU (with a move above 10 points); twice the factor acts at once, else it must
-  // show on two ticks in a row. 2: a pipe restarted in chunks moved 1.5 x on two ticks without
-  // changing (eval-kernel 2026-12-01); the switches between the evaluation's loads move ≥ 2.7 x.
-  double load_change_factor = 2.0;
-  // A steady load with frequent halts is swept again after this many ticks (10 min at 1 s).
+  // decision: z of every interval the tuner decides with (2: about 95 % two-sided).
+  double confidence_z = 2.0;
+  // decision: the load's own tick-to-tick spread beyond the Poisson noise of its counts, as a
+  // relative standard deviation over one second, of its wake-ups and useful wake-ups (the load's
+  // speed) and of its halts and poll CPU (which at one cap also move with the governor's own limit
+  // resets). The priors of what the change detector learns on the steady ticks. 0.05: the real
+  // pipe's wake rate moved ±5 % between 1 s ticks at one cap; 0.3: its halts moved 969 <-> 1549/s
+  // and its poll share 15.3 <-> 9.6 % (eval-kernel 2026-12-01).
+  double tick_noise = 0.05;
+  double governor_noise = 0.3;
+  // decision: the change detector's alarm level, CUSUM of the standardised log rates (wake-ups,
+  // halts, poll CPU) against the chosen rung, in standard deviations beyond one per tick; one tick
+  // adds at most 3, so that a change must show on two ticks. 5: a blip of one tick at 1.6 x the
+  // wake rate stays below it, a load switch (>= 2.7 x) crosses it on its second tick.
+  double change_threshold = 5.0;
+  // decision: a steady load with frequent halts is swept again after this many ticks (10 min at 1 s).
   std::uint32_t resweep_after_ticks = 600;
-  // Near-ties between rungs go to the lower one: a net within this share of the best rung's own
-  // poll CPU (at least 0.005 CPU-s/s) of the best net.
-  double hysteresis = 0.10;
-  // Steal share (% of all guest CPU time) above which the tuner backs off.
+  // decision: the steal share (% of all guest CPU time) above which the tuner backs off.
   double steal_backoff_percent = 10;
   // Also write guest_halt_poll_grow_start = min(kernel_grow_start_ns, cap / 2) so that a cap
   // below the kernel's grow_start does not collapse to 0 on its first shrink (docs/tuning.md).
@@ -110,10 +121,11 @@ constexpr void for_each_tuner_param(F&& f) {
   f("min_periods", &TunerParams::min_periods, internal, B{1, 1e12});
   f("max_dwell_ticks", &TunerParams::max_dwell_ticks, internal, B{1, 1e6});
   f("grow_halts_per_second", &TunerParams::grow_halts_per_second, internal, B{0, kUnbounded});
-  f("closed_loop_min_gain", &TunerParams::closed_loop_min_gain, internal, B{0, kUnbounded});
-  f("load_change_factor", &TunerParams::load_change_factor, internal, B{1, kUnbounded, true, false});
+  f("confidence_z", &TunerParams::confidence_z, internal, B{0, 10, true, false});
+  f("tick_noise", &TunerParams::tick_noise, internal, B{0, 10});
+  f("governor_noise", &TunerParams::governor_noise, internal, B{0, 10});
+  f("change_threshold", &TunerParams::change_threshold, internal, B{0, 1000, true, false});
   f("resweep_after_ticks", &TunerParams::resweep_after_ticks, internal, B{1, 1e9});
-  f("hysteresis", &TunerParams::hysteresis, internal, B{0, 1, false, true});
   f("steal_backoff_percent", &TunerParams::steal_backoff_percent, internal, B{0, 100, true, false});
   f("manage_grow_start", &TunerParams::manage_grow_start, config, B{});
   f("kernel_grow_start_ns", &TunerParams::kernel_grow_start_ns, internal, B{0, kTunerMaxNs});

@@ -189,7 +189,9 @@ TEST_CASE("sim loop: the Controller tunes 8 and 32 vCPUs of mixed loads", "[loop
     std::snprintf(what, sizeof what, "mix %d vCPUs, balanced from 200000", cpus);
     print(what, r);
     std::printf("  wall %.2f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    CHECK(r.ticks.size() >= 8);
+    for (const auto& t : r.ticks)
+      if (t.changed) std::printf("  t=%.2f s -> %u: %s\n", static_cast<double>(t.t) / 1e9, t.cap_ns, t.reason.c_str());
+    CHECK(r.ticks.size() > 6);  // 6 s at 1 s ticks, and a sweep at 250 ms
     CHECK(r.ticks_since_last_change >= 3);  // settled after its sweep
     CHECK(r.traced_ticks > 0);
     CHECK(r.late.ops > 0);

@@ -38,6 +38,7 @@ json decision_to_json(const DecisionRecord& r) {
           {"time_ms", r.time_ms},
           {"target", r.target},
           {"action", to_string(d.action)},
+          {"rule", to_string(d.rule)},
           {"previous_ns", d.previous_ns},
           {"guest_halt_poll_ns", d.guest_halt_poll_ns},
           {"reason", d.reason},

@@ -98,6 +98,12 @@ void render_fleet_series(Exposition& e, const FleetSeries& f) {
     for (const auto& d : f.decisions)
       e.sample("haltpoll_tuner_decisions_total", "action=\"" + escape_label(d.action) + "\"", std::to_string(d.count));
   }
+  if (!f.rules.empty()) {
+    e.family("haltpoll_tuner_rule_decisions_total", "counter",
+             "Tuner decisions, one per tick, by the rule that made them (docs/tuning.md, \"The rules\").");
+    for (const auto& d : f.rules)
+      e.sample("haltpoll_tuner_rule_decisions_total", "rule=\"" + escape_label(d.action) + "\"", std::to_string(d.count));
+  }
   if (f.last_change_unix_seconds) {
     e.family("haltpoll_tuner_last_change_timestamp_seconds", "gauge", "When the tuner last changed its value (Unix time).");
     // {:.9g} would round to 10 s.

@@ -64,6 +64,7 @@ struct FleetSeries {
     std::uint64_t count = 0;
   };
   std::vector<DecisionCount> decisions;  // every action, zeros included; empty: no tuner
+  std::vector<DecisionCount> rules;      // every tuner rule (Rule), zeros included; `action` holds its name
   std::optional<double> last_change_unix_seconds;
   std::optional<double> steal_backoff_ratio;
 };

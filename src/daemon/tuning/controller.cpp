@@ -253,6 +253,7 @@ Decision Controller::tick_locked() {
   if (obs.elapsed_ns > late_ns || !obs.unsound.empty()) {
     d.tick = obs.tick;
     d.previous_ns = d.guest_halt_poll_ns = tuner_.current_ns();
+    d.rule = Rule::unsound_tick;
     d.reason = obs.elapsed_ns > late_ns
                    ? fmt::format("tick {:.1f} s after the last (expected every {} ms): the daemon was stopped or the "
                                  "guest suspended; nothing decided from rates over the gap",

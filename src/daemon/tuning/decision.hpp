@@ -11,6 +11,37 @@ namespace haltpolld {
 
 enum class Action { hold, grow, shrink, set, revert };
 
+// Which of the tuner's rules made a decision (docs/tuning.md, "The rules"): one identifier per
+// rule, reported in GetDecisions ("rule"), counted by the metric haltpoll_tuner_rule_decisions_total
+// and asserted by the tests (never the reason text, which is for people).
+enum class Rule {
+  static_value,          // the static policy: the configured value
+  no_counters,           // the tick carried no kernel idle counters
+  kernel_does_not_poll,  // no cpuidle driver: guest_halt_poll_ns reaches no idle path
+  unsound_tick,          // the tick's counters do not describe one interval (the Controller holds)
+  restarted,             // the value in force is not the tuner's: it starts again from it
+  steal_backoff,         // the host is contended: one rung down, no growth while it lasts
+  nothing_to_win,        // never swept and halts are rare: the bottom rung
+  sweep_unswept,         // a busy load never swept: a sweep starts
+  sweep_change,          // the change detector fired on the steady rates: a sweep starts
+  sweep_periodic,        // resweep_after_ticks passed with frequent halts: a sweep starts
+  measuring,             // the rung has not seen enough idle periods yet
+  climb,                 // the next rung can still beat the best one: measure it
+  chosen,                // the climb stopped: the cheapest rung within the noise of the best
+  confirming,            // a chosen or predicted rung is being measured on whole ticks
+  confirmed,             // its whole-tick rates agree with what chose it
+  confirmation_failed,   // they do not: measured again (a sweep) or reverted (a predicted shrink)
+  predicted_shrink,      // the idle-period histogram predicts a cheaper rung that keeps the hits
+  budget_overrun,        // budget: the busiest CPU polls over the hard limit
+  steady,                // nothing changed: hold
+};
+inline constexpr Rule kRules[] = {
+    Rule::static_value, Rule::no_counters,   Rule::kernel_does_not_poll, Rule::unsound_tick,
+    Rule::restarted,    Rule::steal_backoff, Rule::nothing_to_win,       Rule::sweep_unswept,
+    Rule::sweep_change, Rule::sweep_periodic, Rule::measuring,           Rule::climb,
+    Rule::chosen,       Rule::confirming,    Rule::confirmed,            Rule::confirmation_failed,
+    Rule::predicted_shrink, Rule::budget_overrun, Rule::steady};
+
 struct Decision {
   std::uint64_t tick = 0;
   Action action = Action::hold;
@@ -21,6 +52,7 @@ struct Decision {
   // Lowered with TunerParams::reset_limits: the CPUs' poll limits are to be zeroed too, so that the
   // lower cap reaches the CPUs that never halt (they keep their old limit until they do).
   bool reset_limits = false;
+  Rule rule = Rule::steady;
   std::string reason;
 
   // The inputs the decision was made on, copied for the decision log.
@@ -38,5 +70,6 @@ struct Decision {
 };
 
 const char* to_string(Action a) noexcept;
+const char* to_string(Rule r) noexcept;  // "climb", "sweep_change", ... (the enumerator's name)
 
 }  // namespace haltpolld

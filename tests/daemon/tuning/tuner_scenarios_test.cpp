@@ -1,166 +1,18 @@
-// Tuner: synthetic kernel-counter sequences for each rule (the governor's trap, the closed loop's
-// wake-rate rise, the penalty, IPI-skipped counts, budget, hysteresis, load changes, predicted
-// shrinks from histograms), then closed loops against the simulated haltpoll guest
-// (src/sim/guest_model.hpp). The replay of the real guest's recordings is replay_test.cpp.
+// Tuner scenarios: the incidents of the real guest and its evaluations, each a synthetic sequence
+// of kernel counters shaped like what was measured (the governor's trap, the closed loops, the
+// timer that polls without skipping an IPI, load changes, predicted shrinks, steal), and closed
+// loops against the tick-level guest model (src/sim/guest_model.hpp). They are the tuner's
+// acceptance suite: what each asserts is what the real guest needed. The rules one by one, at
+// their boundaries, are in tuner_rules_test.cpp; the replay of the real recordings in replay_test.cpp.
 #include "sim/guest_model.hpp"
-#include "tuning/tuner.hpp"
+#include "tuner_fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
-#include <functional>
-#include <sstream>
+#include <memory>
 
 using namespace haltpolld;
-
-namespace {
-
-// What one CPU did during a one-second tick at some cap.
-struct CpuRates {
-  double periods = 0;  // idle periods (wake-ups)
-  double halts = 0;    // halts (after a timed-out poll when the cap is > 0)
-  double poll_percent = 0;
-  double halt_us = 0;  // mean halt residency
-  std::optional<double> ipi;
-};
-
-CpuRates R(double periods, double halts, double poll_percent, double halt_us) {
-  CpuRates r;
-  r.periods = periods;
-  r.halts = halts;
-  r.poll_percent = poll_percent;
-  r.halt_us = halt_us;
-  return r;
-}
-
-using LoadFn = std::function<CpuRates(std::uint32_t cap, int cpu)>;
-
-// A load measured at three points, as the real guest's closed loops were: at cap 0, below `knee`
-// and from `knee` on, the same on every CPU, each with its IPI-skipped count.
-LoadFn three_rungs(std::uint32_t knee, CpuRates at0, double ipi0, CpuRates below, double ipi_below, CpuRates above,
-                   double ipi_above) {
-  at0.ipi = ipi0;
-  below.ipi = ipi_below;
-  above.ipi = ipi_above;
-  return [=](std::uint32_t cap, int) { return cap == 0 ? at0 : cap < knee ? below : above; };
-}
-
-Observation synth(std::uint32_t cap, const LoadFn& load, std::uint64_t tick = 0) {
-  Observation o;
-  o.tick = tick;
-  o.current_ns = cap;
-  o.elapsed_ns = 1'000'000'000;
-  o.kernel.elapsed_ns = o.elapsed_ns;
-  o.steal_percent = 0;
-  double busiest = 0;
-  for (int cpu : {0, 1}) {
-    const CpuRates r = load(cap, cpu);
-    CpuKernelSignals k;
-    k.cpu = cpu;
-    const auto periods = static_cast<std::uint64_t>(r.periods);
-    const auto halts = static_cast<std::uint64_t>(std::min(r.halts, r.periods));
-    if (cap > 0 && r.poll_percent > 0) {
-      k.poll_entries = periods;
-      k.halts = halts;
-      k.poll_misses = halts;
-      k.poll_hits = periods - halts;
-    } else {
-      k.halts = periods;
-    }
-    k.poll_ns = static_cast<std::uint64_t>(r.poll_percent * 1e7);
-    k.halt_ns = static_cast<std::uint64_t>(static_cast<double>(k.halts) * r.halt_us * 1000);
-    if (r.ipi) k.ipi_skipped = static_cast<std::uint64_t>(*r.ipi);
-    busiest = std::max(busiest, o.kernel.poll_cpu_percent(k));
-    o.kernel.cpus.push_back(k);
-  }
-  o.poll_cpu_percent = busiest;
-  return o;
-}
-
-struct Trace {
-  std::vector<std::uint32_t> values;
-  std::vector<Decision> decisions;
-  std::string log() const {
-    std::ostringstream s;
-    for (std::size_t i = 0; i < decisions.size(); ++i)
-      s << i << ": " << decisions[i].guest_halt_poll_ns << " " << to_string(decisions[i].action) << ": "
-        << decisions[i].reason << "\n";
-    return s.str();
-  }
-  int changes_after(std::size_t from) const {
-    int n = 0;
-    for (std::size_t i = std::max<std::size_t>(from, 1); i < values.size(); ++i) n += values[i] != values[i - 1];
-    return n;
-  }
-};
-
-Trace drive(Tuner& t, const LoadFn& load, int ticks, std::optional<double> penalty = std::nullopt,
-            const std::function<void(Observation&)>& edit = {}) {
-  Trace tr;
-  for (int i = 0; i < ticks; ++i) {
-    Observation o = synth(t.current_ns(), load, static_cast<std::uint64_t>(i));
-    o.halt_exit_penalty_ns = penalty;
-    if (edit) edit(o);
-    Decision d = t.decide(o);
-    tr.values.push_back(d.guest_halt_poll_ns);
-    tr.decisions.push_back(d);
-  }
-  return tr;
-}
-
-// The 150 µs timer of real-guest §4 on CPU 0 (CPU 1 idle): no cap below the period polls, a cap
-// between half the period and the period is the governor's trap (poll the cap, time out, halt the
-// rest, every period), a cap above it polls through every period. The wake rate never moves.
-CpuRates timer150(std::uint32_t cap, int cpu) {
-  if (cpu == 1) return R(40, 40, 0, 20000);
-  if (cap < 100000) return R(6676, 6676, 0, 140);
-  if (cap < 150000) return R(6395, 6189, 33.2, 50);
-  return R(6699, 54, 46.6, 100);
-}
-
-// A request/response client like the real guest's database client: nothing changes below 50 µs
-// (its halted periods are ~60 µs), from 50 µs on both sides poll and its wake rate triples.
-CpuRates db_client(std::uint32_t cap, int) {
-  if (cap < 50000) return R(20000, 20000, 0, 60);
-  return R(60000, 600, 38, 40);
-}
-
-}  // namespace
-
-TEST_CASE("static policy applies the configured value, clamped") {
-  TunerParams p;
-  p.policy = Policy::static_value;
-  p.static_ns = 50000;
-  Tuner t(p, 200000);
-  auto d = t.decide(synth(200000, timer150));
-  CHECK(d.guest_halt_poll_ns == 50000);
-  CHECK(d.action == Action::set);
-  p.static_ns = 900000;
-  t.set_params(p);
-  CHECK(t.decide(synth(50000, timer150)).guest_halt_poll_ns == p.max_ns);
-}
-
-TEST_CASE("params validation names the problem") {
-  TunerParams p;
-  CHECK(validate(p).empty());
-  p.min_ns = 500000;
-  CHECK(validate(p).find("min_ns") != std::string::npos);
-  p = {};
-  p.ladder_factor = 1.0;
-  CHECK(validate(p).find("ladder_factor") != std::string::npos);
-  p = {};
-  p.min_periods = 0;
-  CHECK(validate(p).find("min_periods") != std::string::npos);
-}
-
-TEST_CASE("the ladder is geometric from start_ns, bounded by min_ns and max_ns") {
-  Tuner t;
-  CHECK(t.ladder() == std::vector<std::uint32_t>{0, 12500, 25000, 50000, 100000, 200000, 400000});
-  TunerParams p;
-  p.min_ns = 20000;
-  p.max_ns = 150000;
-  Tuner u(p);
-  CHECK(u.ladder() == std::vector<std::uint32_t>{20000, 25000, 50000, 100000, 150000});
-}
+using namespace haltpolld::test;
 
 TEST_CASE("the governor's trap: a cap that polls and still halts every period is rejected") {
   for (Policy pol : {Policy::balanced, Policy::budget}) {
@@ -171,15 +23,14 @@ TEST_CASE("the governor's trap: a cap that polls and still halts every period is
     INFO(tr.log());
     // The first tick is the baseline; then straight to the first rung above half the halted
     // period (100 µs), which polls 33 % without removing a halt. budget stops there (over its
-    // limit); balanced climbs one rung past the trap (a rung that still halts on most periods says
-    // nothing about the next), sees 200 µs catch the periods and poll 47 % without paying, and goes back to 0.
+    // limit); balanced too: the most the next rung could add, every halt left at 100 µs avoided
+    // and the loop's speed-up from it, does not reach the 33 % of polling it pays already
+    // (the previous tuner measured 200 µs first: 47 % for nothing).
     CHECK(tr.values[0] == 100000);
-    const std::size_t back = pol == Policy::budget ? 1 : 2;
-    if (pol == Policy::balanced) CHECK(tr.values[1] == 200000);
+    const std::size_t back = 1;
     CHECK(tr.values[back] == 0);
     CHECK(tr.changes_after(back + 1) == 0);
-    CHECK(tr.decisions[back].reason.find(pol == Policy::budget ? "> budget" : "without paying") !=
-          std::string::npos);
+    CHECK(tr.decisions[back].rule == Rule::chosen);
   }
 }
 
@@ -188,7 +39,7 @@ TEST_CASE("a closed loop's wake-rate rise pays for polling above the budget, wit
   auto tr = drive(t, db_client, 15);
   INFO(tr.log());
   CHECK(tr.values.back() >= 50000);
-  CHECK(tr.decisions.back().reason.find("steady") != std::string::npos);
+  CHECK((tr.decisions.back().rule == Rule::steady || tr.decisions.back().rule == Rule::confirmed));
   // Under a hard budget of 10 % the same load is not allowed to poll 38 %.
   TunerParams p;
   p.policy = Policy::budget;
@@ -252,7 +103,7 @@ TEST_CASE("budget: a steady overrun steps one rung down at once and caps the nex
   auto d = s.decide(synth(25000, worse));
   CHECK(d.action == Action::shrink);
   CHECK(d.guest_halt_poll_ns == 12500);
-  CHECK(d.reason.find("budget") != std::string::npos);
+  CHECK(d.rule == Rule::budget_overrun);
 }
 
 TEST_CASE("hysteresis: a noisy steady load sees no change after it converged") {
@@ -337,10 +188,13 @@ TEST_CASE("a load change starts a new sweep; a one-tick blip does not") {
   CHECK(d.action == Action::hold);
   d = t.decide(synth(at, db_client));
   CHECK(d.action == Action::hold);
-  // The timer replaces it: the wake rate falls ninefold, the sweep starts at once and ends low.
+  // The timer replaces it: the wake rate falls ninefold; one tick is not yet a change (a tick
+  // adds at most 3 to the detector's sum, so that one burst is not a load), the second starts
+  // the sweep, which ends low.
   auto tt = drive(t, timer150, 10, 20000.0);
   INFO(tt.log());
-  CHECK(tt.decisions[0].reason.find("load changed") != std::string::npos);
+  CHECK(tt.decisions[0].rule == Rule::steady);
+  CHECK(tt.decisions[1].rule == Rule::sweep_change);
   CHECK(tt.values.back() == 0);
 }
 
@@ -374,12 +228,13 @@ TEST_CASE("histograms: a lower rung predicted to keep the hits is tried, then co
     INFO(tc.log());
     CHECK(tc.decisions[0].action == Action::shrink);
     CHECK(tc.decisions[0].guest_halt_poll_ns == 25000);
-    CHECK(tc.decisions[0].reason.find("idle-period histogram") != std::string::npos);
+    CHECK(tc.decisions[0].rule == Rule::predicted_shrink);
     if (holds) {
-      CHECK(tc.decisions[1].reason.find("confirmed") != std::string::npos);
+      CHECK(tc.decisions[1].rule == Rule::confirmed);
       CHECK(tc.values.back() == 25000);
     } else {
       CHECK(tc.decisions[1].action == Action::revert);
+      CHECK(tc.decisions[1].rule == Rule::confirmation_failed);
       CHECK(tc.values.back() == 400000);
       CHECK(tc.changes_after(2) == 0);  // no second try right away
     }
@@ -400,7 +255,7 @@ TEST_CASE("histograms: no predicted shrink to a rung below 2 x grow_start, where
   auto tc = drive(t, pipe, 4, std::nullopt, [&](Observation& o) { o.kernel.periods = h; });
   INFO(tc.log());
   for (const auto& d : tc.decisions)
-    if (d.reason.find("idle-period histogram") != std::string::npos) CHECK(d.guest_halt_poll_ns >= 100000);
+    if (d.rule == Rule::predicted_shrink) CHECK(d.guest_halt_poll_ns >= 100000);
 }
 
 TEST_CASE("a closed loop in the governor's trap at a low rung is climbed past, not given up on") {
@@ -440,14 +295,14 @@ TEST_CASE("a load that changes as its sweep ends is a load change, not the signa
   // Converge on the database client; stop at the tick whose decision ends the sweep.
   bool done = false;
   for (int i = 0; i < 20 && !done; ++i)
-    done = t.decide(synth(t.current_ns(), db_client)).reason.find("sweep done") != std::string::npos;
+    done = t.decide(synth(t.current_ns(), db_client)).rule == Rule::chosen;
   REQUIRE(done);
   REQUIRE(t.current_ns() >= 50000);
-  // The timer arrives on the very next tick, the first steady one, which replaces the sweep's
-  // signature: the change must still be seen.
+  // The timer arrives on the very next tick, the one that confirms the choice on a whole tick:
+  // it disagrees with what chose the rung, and the load is measured again from the bottom.
   auto tt = drive(t, timer150, 8, 20000.0);
   INFO(tt.log());
-  CHECK(tt.decisions[0].reason.find("load changed") != std::string::npos);
+  CHECK(tt.decisions[0].rule == Rule::confirmation_failed);
   CHECK(tt.values.back() == 0);
 }
 
@@ -468,7 +323,7 @@ TEST_CASE("a predicted shrink is confirmed at the daemon's whole tick, not at th
   for (int i = 0; i < 300; ++i) h.poll_halt.record(5'000'000);
   auto tc = drive(t, pipe, 1, std::nullopt, [&](Observation& o) { o.kernel.periods = h; });
   INFO(tc.log());
-  REQUIRE(tc.decisions[0].reason.find("idle-period histogram") != std::string::npos);
+  REQUIRE(tc.decisions[0].rule == Rule::predicted_shrink);
   CHECK(t.phase() == "confirm");
   // A quarter second of a bursty load's gap would read as a slower loop and revert the shrink
   // (the real pipe in 0.13 s chunks: 12838 wake-ups/s on a 250 ms confirmation tick).
@@ -488,32 +343,52 @@ TEST_CASE("a closed loop over two CPUs is credited its speed-up on both") {
   CHECK(tr.changes_after(8) == 0);
 }
 
-TEST_CASE("a closed loop is held to the fewest halts per wake-up measured, not to a noisy wake rate") {
-  // The real pipe's sweep (eval-kernel 2026-12-01, 250 ms ticks of a pipe restarted in chunks):
-  // 25000 measured 7 % more wake-ups than 400000 on its tick, with 7 x the halts, and then ran
-  // 1.3 x slower than 100000 in steady state.
-  LoadFn pipe =
-      three_rungs(50000, R(15600, 15600, 0, 30), 76, R(94275, 520, 16.5, 20), 95081, R(87713, 76, 19.3, 20), 84579);
+namespace {
+// A rung inside a closed loop's knee as the real pipe showed it (eval-kernel 2026-12-01, 250 ms
+// sweep ticks of a pipe restarted in chunks): its sweep tick read fast, then on whole ticks it ran
+// `slower` x slower than the rungs above the knee, halting on `steady_halts` of its wake-ups.
+LoadFn knee_rung_reads_fast_once(std::uint32_t knee, CpuRates at0, double ipi0, CpuRates sweep_tick, double ipi_tick,
+                                 CpuRates above, double ipi_above, double slower, double steady_halts) {
+  at0.ipi = ipi0;
+  sweep_tick.ipi = ipi_tick;
+  above.ipi = ipi_above;
+  auto visits = std::make_shared<int>(0);
+  return [=](std::uint32_t cap, int cpu) {
+    if (cap == 0) return at0;
+    if (cap >= knee) return above;
+    if (cpu == 0) ++*visits;
+    if (*visits == 1) return sweep_tick;
+    CpuRates r = R(above.periods / slower, above.periods / slower * steady_halts, sweep_tick.poll_percent, 20);
+    r.ipi = r.periods - r.halts;
+    return r;
+  };
+}
+}  // namespace
+
+TEST_CASE("a closed loop's knee rung that read fast on its sweep tick is measured again, not kept") {
+  // The real pipe's sweep: 25000 measured 7 % more wake-ups than 400000 on its tick, with 7 x the
+  // halts, and then ran 1.3 x slower than 100000 in steady state. The whole ticks that confirm a
+  // choice show it; the sweep that follows keeps them for 25000 and chooses above the knee.
+  const LoadFn pipe = knee_rung_reads_fast_once(50000, R(15600, 15600, 0, 30), 76, R(94275, 520, 16.5, 20), 95081,
+                                                R(87713, 76, 19.3, 20), 84579, 1.3, 0.04);
   Tuner t;
-  auto tr = drive(t, pipe, 10, 55300.0);
+  auto tr = drive(t, pipe, 30, 55300.0);
   INFO(tr.log());
   CHECK(tr.values.back() >= 50000);
-  bool said = false;
-  for (const auto& d : tr.decisions) said = said || d.reason.find("of its wake-ups halt against") != std::string::npos;
-  CHECK(said);
+  CHECK(tr.changes_after(20) == 0);
 }
 
 TEST_CASE("a closed loop's rung that halts on 4 % of its wake-ups loses to one at 0.35 % that polls 11 points more") {
   // The real pipe, second sweep of the same evaluation: 25000 at 116561 wake-ups/s, 4.3 % halting,
-  // 23.8 % poll; 50000 at 107560/s, 0.35 % halting, 34.6 % poll. The climb stopped at 50000
-  // ("polls 10.7 points more without paying"), the choice went to 25000, and the pipe ran 1.5 x
-  // slower there than at 100000.
-  LoadFn pipe =
-      three_rungs(50000, R(9648, 9648, 0, 30), 150, R(58280, 2478, 23.8, 20), 53287, R(53780, 188, 34.6, 20), 49802);
+  // 23.8 % poll; 50000 at 107560/s, 0.35 % halting, 34.6 % poll. v2 chose 25000 on its tick and the
+  // pipe ran 1.5 x slower there than at 100000; on whole ticks that is what 25000 shows.
+  const LoadFn pipe = knee_rung_reads_fast_once(50000, R(9648, 9648, 0, 30), 150, R(58280, 2478, 23.8, 20), 53287,
+                                                R(53780, 188, 34.6, 20), 49802, 1.5, 0.043);
   Tuner t;
-  auto tr = drive(t, pipe, 10, 20700.0);
+  auto tr = drive(t, pipe, 30, 20700.0);
   INFO(tr.log());
   CHECK(tr.values.back() >= 50000);
+  CHECK(tr.changes_after(20) == 0);
 }
 
 TEST_CASE("steal above the threshold steps down and blocks growth") {
@@ -523,7 +398,7 @@ TEST_CASE("steal above the threshold steps down and blocks growth") {
   auto d = t.decide(o);
   CHECK(d.action == Action::shrink);
   CHECK(d.guest_halt_poll_ns == 100000);
-  CHECK(d.reason.find("steal") != std::string::npos);
+  CHECK(d.rule == Rule::steal_backoff);
 }
 
 TEST_CASE("a short burst of steal blocks growth only while it lasts, then the load is swept again") {
@@ -535,154 +410,11 @@ TEST_CASE("a short burst of steal blocks growth only while it lasts, then the lo
   REQUIRE(t.sweeping());
   tr = drive(t, db_client, 2, std::nullopt, [](Observation& o) { o.steal_percent = 28.6; });
   INFO(tr.log());
-  CHECK(tr.decisions[0].reason.find("host contended") != std::string::npos);
+  CHECK(tr.decisions[0].rule == Rule::steal_backoff);
   CHECK(tr.values.back() < tr.decisions[0].previous_ns);  // stepped down
   auto after = drive(t, db_client, 15);
   INFO(after.log());
   CHECK(after.values.back() >= 50000);
-}
-
-TEST_CASE("the eBPF programs are wanted in sweeps and confirmations, and on one steady tick in steady_trace_every") {
-  TunerParams tp;
-  tp.steady_trace_every = 5;
-  Tuner t(tp, 0);
-  // Never swept and busy: the first decision starts a sweep, which wants them on every tick.
-  std::vector<bool> want;
-  std::vector<bool> sweeping;
-  for (int i = 0; i < 40; ++i) {
-    t.decide(synth(t.current_ns(), db_client, static_cast<std::uint64_t>(i)));
-    want.push_back(t.wants_kernel_trace());
-    sweeping.push_back(t.sweeping());
-  }
-  std::size_t first_steady = 0;
-  for (std::size_t i = 0; i < sweeping.size(); ++i) {
-    if (sweeping[i]) {
-      CHECK(want[i]);
-      first_steady = i + 1;
-    }
-  }
-  REQUIRE(first_steady > 1);
-  REQUIRE(first_steady + 12 < want.size());
-  // Right after the sweep: attached for the first steady tick (its histogram feeds the shrink
-  // prediction), then one tick in five.
-  // want[i] is for the tick after decision i; decision first_steady ended the sweep.
-  CHECK(want[first_steady]);
-  int attached = 0;
-  for (std::size_t i = first_steady; i < first_steady + 10; ++i) attached += want[i];
-  CHECK(attached == 2);
-  for (std::size_t i = first_steady + 1; i < first_steady + 5; ++i) CHECK(!want[i]);
-  CHECK(want[first_steady + 5]);
-
-  // 1: always attached.
-  tp.steady_trace_every = 1;
-  t.set_params(tp);
-  for (int i = 0; i < 5; ++i) {
-    t.decide(synth(t.current_ns(), db_client, static_cast<std::uint64_t>(100 + i)));
-    CHECK(t.wants_kernel_trace());
-  }
-  tp.steady_trace_every = 0;
-  CHECK(validate(tp).find("steady_trace_every") != std::string::npos);
-}
-
-TEST_CASE("an IPI-skip sum is kept only over ticks that all counted them") {
-  // With the eBPF programs detached on some steady ticks, a rung measured over two ticks of which
-  // one had no IPI-skip count would read half the wake-ups served.
-  KernelSignals with, without;
-  with.elapsed_ns = without.elapsed_ns = 1'000'000'000;
-  CpuKernelSignals c;
-  c.poll_entries = 10000;
-  c.poll_hits = 9000;
-  c.poll_misses = 1000;
-  c.halts = 1000;
-  without.cpus.push_back(c);
-  c.ipi_skipped = 8000;
-  with.cpus.push_back(c);
-
-  RungMeasurement a;
-  a.add(with);
-  a.add(with);
-  REQUIRE(a.ipi_skipped);
-  CHECK(*a.ipi_skipped == 16000);
-  a.add(without);
-  CHECK(!a.ipi_skipped);
-  a.add(with);
-  CHECK(!a.ipi_skipped);  // not restarted in the middle of a run
-  CHECK(a.useful_rate() == Approx(9000));
-
-  RungMeasurement b;
-  b.add(without);
-  b.add(with);
-  CHECK(!b.ipi_skipped);
-
-  // Compared with a measurement that has them, one without counts poll hits on both sides.
-  RungMeasurement e;
-  e.add(with);
-  CHECK(e.useful_rate() == Approx(8000));
-  CHECK(e.useful_rate_like(b) == Approx(9000));
-  CHECK(e.useful_rate_like(e) == Approx(8000));
-}
-
-TEST_CASE("a value changed behind the tuner's back restarts it from that value") {
-  Tuner t(TunerParams{}, 0);
-  drive(t, db_client, 12);
-  auto d = t.decide(synth(25000, db_client));
-  CHECK(d.reason.find("value in force is 25000 ns") != std::string::npos);
-  CHECK(d.previous_ns == 25000);
-}
-
-TEST_CASE("no kernel counters: hold with the reason") {
-  Tuner t(TunerParams{}, 30000);
-  Observation o;
-  o.current_ns = 30000;
-  o.elapsed_ns = 1'000'000'000;
-  auto d = t.decide(o);
-  CHECK(d.action == Action::hold);
-  CHECK(d.guest_halt_poll_ns == 30000);
-  CHECK(d.reason.find("no kernel idle counters") != std::string::npos);
-}
-
-TEST_CASE("a guest whose kernel does not poll: hold, say so and say what would make it poll") {
-  Tuner t(TunerParams{}, 200000);
-  Observation o;
-  o.current_ns = 200000;
-  o.elapsed_ns = 1'000'000'000;
-  o.kernel.elapsed_ns = o.elapsed_ns;
-  o.kernel.counters = KernelSignals::Counters::tracepoint;
-  // Frequent halts, which on a haltpoll guest would start a sweep: here no value can change them.
-  for (int c = 0; c < 2; ++c) {
-    CpuKernelSignals k;
-    k.cpu = c;
-    k.halts = 30000;
-    k.halt_ns = 600'000'000;
-    k.outcomes_exact = true;
-    o.kernel.cpus.push_back(k);
-  }
-  for (int tick = 1; tick <= 5; ++tick) {
-    o.tick = static_cast<std::uint64_t>(tick);
-    auto d = t.decide(o);
-    CHECK(d.action == Action::hold);
-    CHECK(d.guest_halt_poll_ns == 200000);
-    CHECK(d.reason.find("does not poll") != std::string::npos);
-    CHECK(d.reason.find("cpuidle_haltpoll.force=1") != std::string::npos);
-  }
-  CHECK(!t.sweeping());
-  // The same halts from cpuidle counters are a load worth sweeping.
-  o.kernel.counters = KernelSignals::Counters::cpuidle;
-  o.tick = 6;
-  t.decide(o);
-  CHECK(t.sweeping());
-}
-
-TEST_CASE("grow_start follows a small cap only when managed") {
-  TunerParams p;
-  Tuner t(p);
-  CHECK(!t.grow_start_for(25000));
-  p.manage_grow_start = true;
-  p.kernel_grow_start_ns = 50000;
-  t.set_params(p);
-  CHECK(t.grow_start_for(25000) == 12500u);
-  CHECK(t.grow_start_for(200000) == 50000u);
-  CHECK(t.grow_start_for(0) == 50000u);
 }
 
 TEST_CASE("latency policy: the lowest rung whose halt-exit wait per wake-up meets the target") {
@@ -806,27 +538,6 @@ TEST_CASE("model: a lowered cap reaches a CPU that never halts only through rese
     if (reset) CHECK(r.poll_cpu <= 3.0);
     else CHECK(r.poll_cpu >= 30.0);  // the fault the reset exists for: the cap moved, the CPU did not
   }
-}
-
-TEST_CASE("lowering the value asks for a poll-limit reset, raising it does not") {
-  TunerParams p;
-  p.policy = Policy::static_value;
-  p.static_ns = 20000;
-  Tuner t(p, 200000);
-  auto d = t.decide(synth(200000, timer150));
-  CHECK(d.guest_halt_poll_ns == 20000);
-  CHECK(d.reset_limits);
-  p.static_ns = 100000;
-  t.set_params(p);
-  d = t.decide(synth(20000, timer150));
-  CHECK(d.guest_halt_poll_ns == 100000);
-  CHECK_FALSE(d.reset_limits);
-  p.static_ns = 50000;
-  p.reset_limits = false;
-  t.set_params(p);
-  d = t.decide(synth(100000, timer150));
-  CHECK(d.guest_halt_poll_ns == 50000);
-  CHECK_FALSE(d.reset_limits);
 }
 
 TEST_CASE("model: an idle guest polls at most 0.5 % under balanced") {

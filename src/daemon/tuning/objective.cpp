@@ -1,0 +1,162 @@
+#include "tuning/objective.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace haltpolld {
+
+namespace {
+
+double seconds_of(std::optional<double> ns) { return ns.value_or(0) / 1e9; }
+
+// Per CPU the credited closed-loop gain of r over b (see objective.hpp) and its variance.
+struct CpuGain {
+  double gain = 0, var = 0;
+};
+CpuGain cpu_gain(const RungMeasurement& r, const RungMeasurement& b, std::size_t c) {
+  const double wr = r.per_s(r.cpu_periods[c]), wb = b.per_s(b.cpu_periods[c]);
+  const double rise = wr - wb;
+  if (wb <= 0 || rise <= 0) return {};
+  const bool ipi = r.ipi_skipped && b.ipi_skipped;
+  const double ur = r.per_s(ipi ? r.cpu_ipi[c] : r.cpu_hits[c]);
+  const double ub = b.per_s(ipi ? b.cpu_ipi[c] : b.cpu_hits[c]);
+  const double credited = std::min(rise, ur - ub);
+  if (credited <= 0) return {};
+  const double se_r = r.count_se(r.cpu_periods[c]), se_b = b.count_se(b.cpu_periods[c]);
+  return {credited / wb, (se_r * se_r + (wr / wb) * (wr / wb) * se_b * se_b) / (wb * wb)};
+}
+
+// Log of a rate with a count behind it, and the Poisson variance of that log.
+struct LogRate {
+  double log = 0, var = 0;
+};
+LogRate log_rate(const RungMeasurement& m, int signal) {
+  const double t = std::max(m.seconds(), 1e-9);
+  switch (signal) {
+    case 0: return {std::log((m.periods + 1) / t), 1 / (m.periods + 1)};
+    case 1: return {std::log((m.halts + 1) / t), 1 / (m.halts + 1)};
+    case 3: return {std::log((m.useful() + 1) / t), 1 / (m.useful() + 1)};
+    default: return {std::log((m.poll_ns + 1000) / t), 2 / (m.polls + 1)};  // 1 µs: no poll at all
+  }
+}
+
+}  // namespace
+
+Weights weights_for(const TunerParams& p) {
+  Weights w;
+  switch (p.policy) {
+    case Policy::balanced: w.lambda = p.min_benefit_ratio; break;
+    case Policy::budget: w.budget_percent = p.max_poll_cpu_percent; break;
+    case Policy::latency:
+      w.lambda = 0;
+      w.latency_target_ns = p.target_wake_latency_ns;
+      break;
+    case Policy::static_value: break;
+  }
+  return w;
+}
+
+Score score(const RungMeasurement& r, const RungMeasurement& b, std::optional<double> penalty_ns, const Weights& w) {
+  Score s;
+  const double p = seconds_of(penalty_ns);
+  const bool ipi = r.ipi_skipped && b.ipi_skipped;
+  const double cr = ipi ? *r.ipi_skipped : r.hits, cb = ipi ? *b.ipi_skipped : b.hits;
+  s.served = p * (r.per_s(cr) - b.per_s(cb));
+  double var = p * p * (std::pow(r.count_se(cr), 2) + std::pow(b.count_se(cb), 2));
+  if (r.ns != b.ns) {
+    for (std::size_t c = 0; c < std::min(r.cpu_periods.size(), b.cpu_periods.size()); ++c) {
+      const CpuGain g = cpu_gain(r, b, c);
+      s.gain += g.gain;
+      var += g.var;
+    }
+  }
+  const Estimate pr = r.poll(), pb = b.poll();
+  s.j.value = s.served + s.gain - w.lambda * (pr.value - pb.value);
+  s.j.se = r.ns == b.ns ? 0 : std::sqrt(var + w.lambda * w.lambda * (pr.se * pr.se + pb.se * pb.se));
+  s.cost = pr.value + r.halt_rate() * p;
+  if (w.budget_percent && r.max_poll_cpu_percent() > *w.budget_percent) s.eligible = false;
+  if (w.latency_target_ns && penalty_ns && r.halt_share() * *penalty_ns > *w.latency_target_ns) s.eligible = false;
+  return s;
+}
+
+double potential(const RungMeasurement& r, const RungMeasurement& b, std::optional<double> penalty_ns, double z,
+                 const Weights& w, const IdlePeriodHistograms* periods, double periods_s, std::uint32_t next_ns) {
+  const double p = seconds_of(penalty_ns ? penalty_ns : std::optional<double>(kNominalPenaltyNs));
+  double rho = 1;
+  if (r.ipi_skipped && r.hits >= 1) rho = std::min(1.0, (*r.ipi_skipped + z * std::sqrt(*r.ipi_skipped + 1)) / r.hits);
+  const double halts = r.halt_rate();
+  double catchable = halts, extra_poll = 0;
+  if (periods && periods_s > 0) {
+    const CapPrediction here = predict_cap(*periods, r.ns), next = predict_cap(*periods, next_ns);
+    catchable = std::min(halts, std::max(0.0, next.hits - here.hits) / periods_s);
+    extra_poll = std::max(0.0, next.poll_ns - here.poll_ns) / 1e9 / periods_s;
+  }
+  const double share = halts > 0 ? catchable / halts : 0;
+  double v = p * rho * catchable - w.lambda * extra_poll;
+  for (std::size_t c = 0; c < r.cpu_halts.size(); ++c) {
+    const double x = std::min(0.99, p * rho * share * r.per_s(r.cpu_halts[c]));
+    const double g = c < b.cpu_periods.size() && r.ns != b.ns ? cpu_gain(r, b, c).gain : 0;
+    v += (1 + g) * x / (1 - x);
+  }
+  return v;
+}
+
+bool consistent(const RungMeasurement& a, const RungMeasurement& b, double z, const Noise& noise, unsigned which) {
+  const double per = 1 / std::max(a.seconds(), 1e-3) + 1 / std::max(b.seconds(), 1e-3);
+  for (int s = 0; s < 4; ++s) {
+    if (!(which & (1u << s))) continue;
+    const double n2 = noise.of(s) * noise.of(s) * per;
+    LogRate x = log_rate(a, s), y = log_rate(b, s);
+    if (s == 3 && !(a.ipi_skipped && b.ipi_skipped)) {  // useful wake-ups on a common basis: poll hits
+      const double ta = std::max(a.seconds(), 1e-9), tb = std::max(b.seconds(), 1e-9);
+      x = {std::log((a.hits + 1) / ta), 1 / (a.hits + 1)};
+      y = {std::log((b.hits + 1) / tb), 1 / (b.hits + 1)};
+    }
+    if (std::abs(x.log - y.log) > z * std::sqrt(x.var + y.var + n2)) return false;
+  }
+  return true;
+}
+
+void ChangeDetector::reset(const RungMeasurement& reference, const Noise& noise) {
+  ref_ = reference;
+  for (int s = 0; s < 3; ++s) {
+    if (!learned_) noise2_[s] = noise.of(s) * noise.of(s);
+    up_[s] = down_[s] = 0;
+  }
+  learned_ = true;
+}
+
+bool ChangeDetector::update(const RungMeasurement& tick, double threshold) {
+  constexpr double kSlack = 1, kMaxStep = 4, kClip = 3, kLearn = 0.1;
+  constexpr std::uint32_t kReferenceTicks = 8;
+  const double t = std::max(tick.seconds(), 1e-3);
+  bool alarm = false;
+  for (int s = 0; s < 3; ++s) {
+    const LogRate x = log_rate(tick, s), y = log_rate(ref_, s);
+    const double poisson = x.var + y.var;
+    const double sigma = std::sqrt(poisson + noise2_[s] / t + noise2_[s] / std::max(ref_.seconds(), 1e-3));
+    const double zr = (x.log - y.log) / sigma;
+    up_[s] = std::max(0.0, up_[s] + std::min(zr, kMaxStep) - kSlack);
+    down_[s] = std::max(0.0, down_[s] + std::min(-zr, kMaxStep) - kSlack);
+    alarm = alarm || up_[s] > threshold || down_[s] > threshold;
+    const double r = std::clamp(zr, -kClip, kClip) * sigma;
+    noise2_[s] += kLearn * (std::max(0.0, r * r - poisson) * t - noise2_[s]);
+  }
+  if (!alarm && ref_.ticks < kReferenceTicks) ref_.merge(tick);
+  return alarm;
+}
+
+double ChangeDetector::worst() const noexcept {
+  double w = 0;
+  for (int s = 0; s < 3; ++s) w = std::max({w, up_[s], down_[s]});
+  return w;
+}
+
+int ChangeDetector::worst_signal() const noexcept {
+  int best = 0;
+  for (int s = 1; s < 3; ++s)
+    if (std::max(up_[s], down_[s]) > std::max(up_[best], down_[best])) best = s;
+  return best;
+}
+
+}  // namespace haltpolld
