@@ -29,8 +29,9 @@ done
 # (tests/fleet, label "fleet"); mmdebstrap builds the Debian tree in which tests/systemd boots a
 # real systemd (from the host's apt sources, cached).
 # debhelper, dpkg-dev, fakeroot and lintian build and check the Debian packages (scripts/package.sh,
-# tests/package); golang-go with golang-github-varlink-go-dev builds the reference varlink client of
-# tests/varlink (offline, from /usr/share/gocode).
+# tests/package); golang-go with golang-github-varlink-go-dev builds, offline from /usr/share/gocode,
+# the reference varlink client of tests/varlink and the reference certification suite
+# (varlink-go-certification), which checks the varlink library as a server and as a client.
 # python3-fusepy and fuse3 serve the FUSE fake sysfs of the fault-injection campaigns (tests/faults,
 # label "faults": the real daemon against a tree that slows and refuses its writes; needs root).
 pkgs=(cmake make g++ pkg-config libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev

@@ -52,13 +52,13 @@ void Client::send(const varlink::Call& call) {
   }
 }
 
-json Client::receive(int timeout_ms) {
+varlink::Reply Client::receive(int timeout_ms) {
   while (true) {
     if (auto msg = decoder_.next()) {
-      json j = json::parse(*msg, nullptr, false);
-      if (j.is_discarded() || !j.is_object())
-        throw ClientError(ClientError::Kind::protocol, "the daemon sent a malformed reply");
-      return j;
+      std::string why;
+      auto reply = varlink::parse_reply(*msg, why);
+      if (!reply) throw ClientError(ClientError::Kind::protocol, "the daemon sent a malformed reply: " + why);
+      return std::move(*reply);
     }
     if (decoder_.overflowed())
       throw ClientError(ClientError::Kind::protocol,
@@ -75,15 +75,16 @@ json Client::receive(int timeout_ms) {
   }
 }
 
-json Client::checked(json reply) {
-  if (reply.contains("error")) {
-    std::string error = reply["error"].is_string() ? reply["error"].get<std::string>() : "unknown";
-    if (error == varlink::errors::permission_denied)
+json Client::checked(varlink::Reply reply) {
+  if (reply.is_error()) {
+    json raw = {{"error", reply.error}, {"parameters", std::move(reply.parameters)}};
+    if (reply.error == varlink::errors::permission_denied)
       throw ClientError(ClientError::Kind::permission_denied,
-                        "permission denied: changing settings needs root or membership in the daemon's admin group", reply);
-    throw ClientError(ClientError::Kind::remote, error, reply);
+                        "permission denied: changing settings needs root or membership in the daemon's admin group",
+                        raw);
+    throw ClientError(ClientError::Kind::remote, reply.error, raw);
   }
-  return reply.value("parameters", json::object());
+  return std::move(reply.parameters);
 }
 
 json Client::call(const std::string& method, const json& parameters) {
@@ -95,8 +96,8 @@ void Client::stream(const std::string& method, const json& parameters, const std
                     int reply_timeout_ms) {
   send(varlink::Call{.method = method, .parameters = parameters, .more = true});
   while (true) {
-    json r = receive(reply_timeout_ms);
-    bool continues = r.value("continues", false);
+    varlink::Reply r = receive(reply_timeout_ms);
+    const bool continues = r.continues;
     if (!on_reply(checked(std::move(r))) || !continues) return;
   }
 }

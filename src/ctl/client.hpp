@@ -45,8 +45,8 @@ class Client {
 
  private:
   void send(const haltpolld::varlink::Call& call);
-  nlohmann::json receive(int timeout_ms);
-  nlohmann::json checked(nlohmann::json reply);
+  haltpolld::varlink::Reply receive(int timeout_ms);
+  nlohmann::json checked(haltpolld::varlink::Reply reply);
 
   std::string path_;
   int fd_ = -1;

@@ -60,8 +60,8 @@ bool valid_identifier_char(char c, bool first) {
   return (c >= '0' && c <= '9') || c == '_' || c == '-';
 }
 
-// Interface names are reverse-domain (at least one dot), method names start with a capital.
-bool valid_qualified_method(std::string_view s) {
+// Interface names are reverse-domain (at least one dot), method and error names start with a capital.
+bool valid_qualified_name(std::string_view s) {
   auto [iface, method] = split_method(s);
   if (iface.empty() || method.empty() || iface.size() > 255 || method.size() > 255) return false;
   if (!(method.front() >= 'A' && method.front() <= 'Z')) return false;
@@ -89,18 +89,40 @@ std::pair<std::string_view, std::string_view> split_method(std::string_view qual
   return {qualified.substr(0, dot), qualified.substr(dot + 1)};
 }
 
-std::optional<Call> parse_call(std::string_view text, std::string& why) {
+namespace {
+
+// One message as a JSON object; `what` names it ("call", "reply") in `why`.
+std::optional<json> parse_object(std::string_view text, const char* what, std::string& why) {
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     why = "not valid JSON";
     return std::nullopt;
   }
   if (!j.is_object()) {
-    why = "a call must be a JSON object";
+    why = std::string("a ") + what + " must be a JSON object";
     return std::nullopt;
   }
+  return j;
+}
+
+// A boolean field: null is absent (false). False with `why` when it is anything else.
+bool read_flag(const json& value, const std::string& key, bool& out, std::string& why) {
+  if (value.is_null()) return true;
+  if (!value.is_boolean()) {
+    why = "\"" + key + "\" must be a boolean";
+    return false;
+  }
+  out = value.get<bool>();
+  return true;
+}
+
+}  // namespace
+
+std::optional<Call> parse_call(std::string_view text, std::string& why) {
+  auto j = parse_object(text, "call", why);
+  if (!j) return std::nullopt;
   Call c;
-  for (auto it = j.begin(); it != j.end(); ++it) {
+  for (auto it = j->begin(); it != j->end(); ++it) {
     const std::string& k = it.key();
     if (k == "method") {
       if (!it->is_string()) {
@@ -117,14 +139,9 @@ std::optional<Call> parse_call(std::string_view text, std::string& why) {
       }
       c.parameters = std::move(*it);
     } else if (k == "more" || k == "oneway" || k == "upgrade") {
-      if (it->is_null()) continue;  // absent, as false
-      if (!it->is_boolean()) {
-        why = "\"" + k + "\" must be a boolean";
-        return std::nullopt;
-      }
-      if (k == "more") c.more = it->get<bool>();
-      if (k == "oneway") c.oneway = it->get<bool>();
-      if (k == "upgrade" && it->get<bool>()) {
+      bool upgrade = false;
+      if (!read_flag(*it, k, k == "more" ? c.more : k == "oneway" ? c.oneway : upgrade, why)) return std::nullopt;
+      if (upgrade) {
         why = "\"upgrade\" is not supported";
         return std::nullopt;
       }
@@ -137,7 +154,7 @@ std::optional<Call> parse_call(std::string_view text, std::string& why) {
     why = "missing \"method\"";
     return std::nullopt;
   }
-  if (!valid_qualified_method(c.method)) {
+  if (!valid_qualified_name(c.method)) {
     why = "\"method\" is not a qualified varlink method name";
     return std::nullopt;
   }
@@ -148,11 +165,45 @@ std::optional<Call> parse_call(std::string_view text, std::string& why) {
   return c;
 }
 
+std::optional<Reply> parse_reply(std::string_view text, std::string& why) {
+  auto j = parse_object(text, "reply", why);
+  if (!j) return std::nullopt;
+  Reply r;
+  for (auto it = j->begin(); it != j->end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "parameters") {
+      if (it->is_null()) continue;
+      if (!it->is_object()) {
+        why = "\"parameters\" must be an object";
+        return std::nullopt;
+      }
+      r.parameters = std::move(*it);
+    } else if (k == "error") {
+      if (it->is_null()) continue;
+      if (!it->is_string() || !valid_qualified_name(it->get<std::string>())) {
+        why = "\"error\" is not a qualified varlink error name";
+        return std::nullopt;
+      }
+      r.error = it->get<std::string>();
+    } else if (k == "continues") {
+      if (!read_flag(*it, k, r.continues, why)) return std::nullopt;
+    } else {
+      why = "unknown field \"" + k + "\"";
+      return std::nullopt;
+    }
+  }
+  if (r.is_error() && r.continues) {
+    why = "an error reply does not continue";
+    return std::nullopt;
+  }
+  return r;
+}
+
 std::string encode_reply(const Reply& r) {
   json j = json::object();
   if (r.is_error()) j["error"] = r.error;
   j["parameters"] = r.parameters.is_object() ? r.parameters : json::object();
-  if (r.continues) j["continues"] = true;
+  if (r.continues && !r.is_error()) j["continues"] = true;
   // Replace invalid UTF-8 rather than throw: a reply must always be encodable.
   std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
   s.push_back('\0');

@@ -1,6 +1,7 @@
 // Varlink message layer, pure: framing (one JSON object per message, each ending in a NUL byte),
-// call decoding, reply encoding and a registry of methods keyed by their qualified name, with the
-// org.varlink.service introspection built in. No sockets and no Asio here, so that the unit tests
+// the decoding and encoding of calls and replies (the server's side and the client's), and a
+// registry of methods keyed by their qualified name, with the org.varlink.service introspection
+// built in. No sockets and no Asio here, so that the unit tests
 // and the fuzzer drive exactly the code the server runs. Nothing is shared between threads: the
 // server uses one FrameDecoder per connection and dispatches on its single control thread.
 #pragma once
@@ -73,7 +74,14 @@ struct Reply {
   bool is_error() const noexcept { return !error.empty(); }
 };
 
-// The bytes to send: the JSON object followed by one NUL.
+// Decodes one reply, on the client's side. Its fields are the spec's three: "parameters" (an
+// object; null or absent is none, as the reference Go service sends for a method without output),
+// "error" (a qualified name) and "continues" (a boolean, never together with an error). Anything
+// else is malformed: nullopt and `why`, and the caller drops the connection.
+std::optional<Reply> parse_reply(std::string_view text, std::string& why);
+
+// The bytes to send: the JSON object followed by one NUL. An error ends a stream, so an error
+// reply never carries "continues".
 std::string encode_reply(const Reply& r);
 std::string encode_call(const Call& c);
 

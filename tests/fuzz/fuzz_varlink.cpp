@@ -1,7 +1,7 @@
 // libFuzzer target: the control server's message path without the socket. The input is a byte
 // stream, fed to a FrameDecoder in chunks whose sizes come from the input itself; every complete
 // message is decoded and dispatched through the real io.haltpolld registry (over a fake backend),
-// and every reply must encode to exactly one NUL-terminated JSON object.
+// and every reply must encode to exactly one NUL-terminated JSON object that parse_reply decodes.
 #include "control/control_service.hpp"
 #include "varlink/varlink.hpp"
 
@@ -62,6 +62,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         auto reply = registry.dispatch(*call, peer);
         std::string bytes = haltpolld::varlink::encode_reply(reply);
         if (bytes.empty() || bytes.back() != '\0' || bytes.find('\0') != bytes.size() - 1) std::abort();
+        // What the server sends, a client decodes: the same error, the same end of a stream.
+        auto back = haltpolld::varlink::parse_reply(std::string_view(bytes).substr(0, bytes.size() - 1), why);
+        if (!back || back->error != reply.error || back->continues != (reply.continues && !reply.is_error()))
+          std::abort();
         if (!reply.continues) break;
         call->stream_index++;
       }

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+
 using namespace haltpolld::varlink;
 using nlohmann::json;
 
@@ -174,4 +176,86 @@ TEST_CASE("Registry dispatch: lookup, permission, more, exceptions, introspectio
   auto ip = reg.dispatch(c, user);
   CHECK(ip.error == errors::invalid_parameter);
   CHECK(ip.parameters["parameter"] == "interface");
+}
+
+TEST_CASE("parse_reply decodes what the reference implementations send") {
+  std::string why;
+  // Go's service omits "parameters" of a method without output (org.varlink.certification.Test11).
+  auto empty = parse_reply("{}", why);
+  REQUIRE(empty);
+  CHECK(empty->parameters == json::object());
+  CHECK_FALSE(empty->is_error());
+  CHECK_FALSE(empty->continues);
+
+  auto more = parse_reply(R"({"parameters":{"string":"Reply number 1"},"continues":true})", why);
+  REQUIRE(more);
+  CHECK(more->parameters["string"] == "Reply number 1");
+  CHECK(more->continues);
+
+  auto null_params = parse_reply(R"({"parameters":null,"continues":null,"error":null})", why);
+  REQUIRE(null_params);
+  CHECK(null_params->parameters == json::object());
+  CHECK_FALSE(null_params->is_error());
+
+  // Go's CertificationError: the error name after the parameters, the parameters null inside.
+  auto err = parse_reply(
+      R"({"parameters":{"wants":null,"got":null},"error":"org.varlink.certification.CertificationError"})", why);
+  REQUIRE(err);
+  CHECK(err->error == "org.varlink.certification.CertificationError");
+  CHECK(err->parameters == json({{"wants", nullptr}, {"got", nullptr}}));
+  auto bare = parse_reply(R"({"error":"org.varlink.certification.ClientIdError"})", why);
+  REQUIRE(bare);
+  CHECK(bare->error == "org.varlink.certification.ClientIdError");
+  CHECK(bare->parameters == json::object());
+}
+
+TEST_CASE("parse_reply names what is wrong with a reply") {
+  auto bad = [](const std::string& text) {
+    std::string why;
+    bool rejected = !parse_reply(text, why);
+    INFO(text << ": " << why);
+    return rejected && !why.empty();
+  };
+  CHECK(bad("not json"));
+  CHECK(bad("[]"));
+  CHECK(bad(R"("parameters")"));
+  CHECK(bad(R"({"parameters":[]})"));
+  CHECK(bad(R"({"parameters":"x"})"));
+  CHECK(bad(R"({"error":5})"));
+  CHECK(bad(R"({"error":""})"));
+  CHECK(bad(R"({"error":"NoInterface"})"));
+  CHECK(bad(R"({"error":"org.varlink.service.invalidParameter"})"));
+  CHECK(bad(R"({"continues":"yes"})"));
+  CHECK(bad(R"({"error":"org.varlink.service.ExpectedMore","continues":true})"));
+  CHECK(bad(R"({"parameters":{},"method":"io.haltpolld.GetStatus"})"));
+}
+
+TEST_CASE("a reply survives encode_reply and parse_reply, and an error ends a stream") {
+  Reply r;
+  // The shapes of org.varlink.certification's MyType: nulls inside arrays, maps, sets, a float.
+  r.parameters = json::parse(R"({"mytype":{"object":{"method":"org.varlink.certification.Test09"},
+    "enum":"two","struct":{"first":1,"second":"2"},"array":["one","two","three"],
+    "dictionary":{"foo":"Foo","bar":"Bar"},"stringset":{"one":{},"two":{},"three":{}},
+    "nullable":null,"nullable_array_struct":null,
+    "interface":{"foo":[null,{"Foo":"foo","Bar":"bar"},null,{"one":"foo","two":"bar"}],"anon":{"foo":true,"bar":false}}},
+    "int":-9223372036854775808,"float":3.141592653589793})");
+  r.continues = true;
+  std::string bytes = encode_reply(r);
+  std::string why;
+  auto back = parse_reply(std::string_view(bytes).substr(0, bytes.size() - 1), why);
+  REQUIRE(back);
+  CHECK(back->parameters == r.parameters);
+  CHECK(back->parameters["float"].get<double>() == 3.141592653589793);
+  CHECK(back->parameters["int"].get<std::int64_t>() == INT64_MIN);
+  CHECK(back->continues);
+
+  // A handler that fails in the middle of a stream: the error is the stream's last reply.
+  Reply e = error_reply("org.varlink.certification.CertificationError", {{"wants", nullptr}, {"got", nullptr}});
+  e.continues = true;
+  std::string eb = encode_reply(e);
+  CHECK_FALSE(json::parse(eb.c_str()).contains("continues"));
+  auto eback = parse_reply(std::string_view(eb).substr(0, eb.size() - 1), why);
+  REQUIRE(eback);
+  CHECK(eback->error == "org.varlink.certification.CertificationError");
+  CHECK_FALSE(eback->continues);
 }

@@ -1,6 +1,6 @@
 #include "control/control_server.hpp"
 
-#include "control/control_service.hpp"
+#include "varlink/io_haltpolld.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>

@@ -9,35 +9,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/varlink/go/varlink"
 	"github.com/varlink/go/varlink/idl"
 )
-
-var failures int
-
-func check(ok bool, format string, args ...interface{}) {
-	if ok {
-		fmt.Printf("ok: "+format+"\n", args...)
-		return
-	}
-	failures++
-	fmt.Printf("FAILED: "+format+"\n", args...)
-}
-
-// The typed error the reference library makes of an org.varlink.service error, else the raw one.
-func dispatched(err error) error {
-	var ve *varlink.Error
-	if errors.As(err, &ve) {
-		return ve.DispatchError()
-	}
-	return err
-}
 
 func errorName(err error) string {
 	var ve *varlink.Error
@@ -56,23 +34,14 @@ func call(ctx context.Context, c *varlink.Connection, method string, in interfac
 }
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: go_client unix:/path/to/socket")
-		os.Exit(2)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel, c := connect("go_client")
 	defer cancel()
-	c, err := varlink.NewConnection(ctx, os.Args[1])
-	if err != nil {
-		fmt.Println("FAILED: connect:", err)
-		os.Exit(1)
-	}
 	defer c.Close()
 
 	// org.varlink.service: GetInfo sends "parameters": null.
 	var vendor, product, version, url string
 	var interfaces []string
-	err = c.GetInfo(ctx, &vendor, &product, &version, &url, &interfaces)
+	err := c.GetInfo(ctx, &vendor, &product, &version, &url, &interfaces)
 	check(err == nil, "GetInfo: err=%v vendor=%q product=%q version=%q", err, vendor, product, version)
 	sort.Strings(interfaces)
 	check(strings.Join(interfaces, ",") == "io.haltpolld,org.varlink.service", "GetInfo interfaces %v", interfaces)
@@ -175,9 +144,5 @@ func main() {
 	}
 	check(len(parsed.Methods) == len(done), "the interface declares %d methods, %d were called", len(parsed.Methods), len(done))
 
-	if failures > 0 {
-		fmt.Printf("%d check(s) failed\n", failures)
-		os.Exit(1)
-	}
-	fmt.Println("PASS: the reference Go client called every method")
+	finish("PASS: the reference Go client called every method")
 }
