@@ -14,6 +14,7 @@
 //                  [--loads pipe,rr,...] [--big-seeds N] [--big-seconds S]
 //   bench_sim_eval --report DIR   the tables again from DIR/cpus-N/loads.jsonl
 // --big-*: seeds and seconds for 32 vCPUs and more (their cells cost 16-32 times more).
+#include "sim/des_calibration.hpp"
 #include "sim/des_load_json.hpp"
 #include "sim/loop/closed_loop.hpp"
 
@@ -251,7 +252,7 @@ int main(int argc, char** argv) {
     report(by_cpus, loads, settings);
     return 0;
   }
-  const Calibration cal = fit_costs();
+  const Calibration& cal = guest_calibration();
 
   std::vector<Cell> cells;
   std::map<std::pair<std::string, int>, LoadDescription> descs;

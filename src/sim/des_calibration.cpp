@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <istream>
 #include <stdexcept>
 
@@ -71,6 +72,231 @@ std::vector<Prediction> predict(const Calibration& cal, const std::vector<RealPo
     }
     r.error_percent = 100 * (r.sim_result - p.result) / p.result;
     r.poll_error_points = r.sim.poll_percent_per_cpu - p.poll_percent;
+    out.push_back(r);
+  }
+  return out;
+}
+
+namespace {
+const char* quantity_of(const std::string& load) {
+  if (load == "pipe") return "us_per_op";
+  if (load == "rr" || load == "db") return "throughput_per_s";
+  if (load == "timer") return "late_p50_us";
+  if (load == "poisson") return "rtt_p50_us";
+  return "";
+}
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+const CounterPoint& find(const std::vector<CounterPoint>& rec, const std::string& load, std::uint32_t cap) {
+  for (const CounterPoint& p : rec)
+    if (p.load == load && p.cap == cap) return p;
+  throw std::runtime_error("the recording has no " + load + " cell at cap " + std::to_string(cap));
+}
+double field(const CounterPoint& p, const std::string& name) {
+  const auto it = p.fields.find(name);
+  if (it == p.fields.end())
+    throw std::runtime_error("the recording's " + p.load + " cell at cap " + std::to_string(p.cap) + " has no " + name);
+  return it->second;
+}
+}  // namespace
+
+std::vector<CounterPoint> read_counter_recording(std::istream& in) {
+  struct Rounds {
+    std::vector<double> result, poll, halts, entries, ipi;
+    std::map<std::string, std::vector<double>> bare;
+  };
+  std::map<std::pair<std::string, std::uint32_t>, Rounds> cells;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      const std::string load = j.at("load").get<std::string>();
+      Rounds& r = cells[{load, j.at("cap").get<std::uint32_t>()}];
+      const std::string q = quantity_of(load);
+      const bool perf = j.value("perf", false);
+      if (!q.empty() && !j.at(q).is_null()) r.result.push_back(j.at(q).get<double>());
+      r.poll.push_back(j.at("poll_cpu_percent_per_cpu").get<double>());
+      r.halts.push_back(j.at("halts_per_s").get<double>());
+      r.entries.push_back(j.at("idle_entries_per_s").get<double>());
+      if (perf && j.contains("ipi_skips_per_s") && !j.at("ipi_skips_per_s").is_null())
+        r.ipi.push_back(j.at("ipi_skips_per_s").get<double>());
+      if (!perf)
+        for (const auto& [k, v] : j.items())
+          if (v.is_number()) r.bare[k].push_back(v.get<double>());
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error("recording line " + std::to_string(lineno) + ": " + e.what());
+    }
+  }
+  std::vector<CounterPoint> out;
+  for (auto& [key, r] : cells) {
+    CounterPoint p;
+    p.load = key.first;
+    p.cap = key.second;
+    p.quantity = quantity_of(p.load);
+    for (const auto& [k, v] : r.bare) p.fields[k] = median(v);
+    if (!p.quantity.empty() && !r.result.empty()) {
+      p.result = p.fields.count(p.quantity) ? p.fields[p.quantity] : median(r.result);
+      p.result_lo = *std::min_element(r.result.begin(), r.result.end());
+      p.result_hi = *std::max_element(r.result.begin(), r.result.end());
+    }
+    p.poll_percent = median(r.poll);
+    p.halts_per_s = median(r.halts);
+    p.entries_per_s = median(r.entries);
+    if (!r.ipi.empty()) p.ipi_skips_per_s = median(r.ipi);
+    p.rounds = static_cast<int>(r.poll.size());
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+FitInputs fit_inputs_from(const std::vector<CounterPoint>& rec, FitInputs in) {
+  // The polling pipe from both fit caps that poll (30000 and 200000): one cell's median of two
+  // bare rounds spreads ±20 %.
+  const CounterPoint& pipe_h = find(rec, "pipe", 0);
+  const CounterPoint& pipe_a = find(rec, "pipe", 30000);
+  const CounterPoint& pipe_p = find(rec, "pipe", 200000);
+  in.pipe_us_per_op_halting = pipe_h.result;
+  in.pipe_us_per_op_polling = (pipe_a.result + pipe_p.result) / 2;
+  in.pipe_poll_share_polling = (pipe_a.poll_percent + pipe_p.poll_percent) / 200;
+  in.pipe_halts_per_s_polling = pipe_p.halts_per_s;
+  in.pipe_entries_per_s_polling = pipe_p.entries_per_s;
+  in.pipe_halts_per_s_low_cap = pipe_a.halts_per_s;
+  in.pipe_entries_per_s_low_cap = pipe_a.entries_per_s;
+  in.pipe_low_cap_ns = 30000;
+  const CounterPoint& rr_a = find(rec, "rr", 30000);
+  const CounterPoint& rr_p = find(rec, "rr", 200000);
+  in.rr_per_s_polling = (rr_a.result + rr_p.result) / 2;
+  in.rr_poll_share_polling = (rr_a.poll_percent + rr_p.poll_percent) / 200;
+  in.rr_work_us = field(rr_p, "work_us");
+  in.rr_think_us = field(rr_p, "think_us");
+  const CounterPoint& timer_h = find(rec, "timer", 0);
+  in.timer_late_p50_us_halting = timer_h.result;
+  in.timer_late_p99_us_halting = field(timer_h, "late_p99_us");
+  in.timer_late_p50_us_polling = find(rec, "timer", 200000).result;
+  in.poisson_rtt_p50_us_halting = find(rec, "poisson", 0).result;
+  in.idle_entries_per_s = find(rec, "idle", 0).entries_per_s;
+  const CounterPoint& db = find(rec, "db", 0);
+  in.db_rtt_us_halting = field(db, "rtt_mean_us");
+  in.db_work_us = field(db, "work_us");
+  return in;
+}
+
+const char* not_covered(const std::string& load, std::uint32_t cap, const std::string& q) {
+  // Inside a closed loop's knee the real guest polls from a lower cap than the model: under polling
+  // its idle periods are a few µs shorter than the model's (the pipe fast already from 20000, rr
+  // from 20000, where the model needs 30000).
+  constexpr const char* knee = "inside the load's knee (the real loop polls from a lower cap)";
+  if ((load == "pipe" && cap == 10000) || (load == "rr" && cap >= 10000 && cap <= 25000)) return knee;
+  if (load == "pipe" && cap == 20000 && q == "halts") return knee;
+  // The database-shaped load halts 3.7 times per round trip at cap 0 where its program has two
+  // idle periods: short extra periods the model lacks, so its halts differ at every cap (they are
+  // caught by polling above, where the model's trapped periods halt instead).
+  if (load == "db" && q == "halts") return "extra short idle periods of the real database-shaped load (3.7 per round trip)";
+  if (load == "db" && cap >= 25000 && cap <= 50000 && (q == "result" || q == "poll"))
+    return "the database-shaped load polls part of the time from 25000 on (0.82 x at 50000; the model halts: 0.67 x)";
+  // The trap's edge (a limit L with the period t = 2 L): the real timer at 75000 and the database-
+  // shaped load at 75000 halt more than the model, which grows the limit past it more often.
+  if (cap == 75000 && (q == "poll" || (load == "db" && q == "result")) && (load == "timer" || load == "db"))
+    return "the governor's trap at its edge (t = 2 L; the real database-shaped cell is bimodal, 5183-7255/s)";
+  // The pipe's rare periods over a cap: the model's moderate delays (an exponential of an assumed
+  // 10 µs mean) decay more slowly than the real ones, 200-350 halts/s against 80-150 above 30000,
+  // and its poll share is the fit caps' (26 %) where the cells' spread 20-27 %.
+  if (load == "pipe" && cap > 30000 && (q == "halts" || q == "poll"))
+    return "the pipe's rare long periods and poll share spread between cells";
+  return nullptr;
+}
+
+Calibration refine_costs(Calibration cal, const FitInputs& in, int iterations) {
+  constexpr Ns warmup = 100'000'000, run = 1'000'000'000;
+  for (int i = 0; i < iterations; ++i) {
+    const CellResult p = run_cell(cal.costs, calibrated_pipe(cal), 2, 200000, warmup, run, 1, "round_trip");
+    const double rt = in.pipe_us_per_op_polling * 1000;
+    // Half the round trip's error on each hop's wake-up; the poll share's error on the block.
+    const double body = cal.costs.wake_polling.mean_ns() - cal.costs.wake_polling.tail_p * cal.costs.wake_polling.tail_mean_ns;
+    const double sigma = cal.costs.wake_polling.sigma;
+    const double new_body = std::max(100.0, body + (rt - p.result_mean_us * 1000) / 2);
+    const double tail_p = cal.costs.wake_polling.tail_p, tail_mean = cal.costs.wake_polling.tail_mean_ns;
+    cal.costs.wake_polling = Dist::with_mean(new_body, sigma);
+    cal.costs.wake_polling.tail_p = tail_p;
+    cal.costs.wake_polling.tail_mean_ns = tail_mean;
+    cal.pipe_block_ns =
+        std::max(0.0, cal.pipe_block_ns + (p.poll_percent_per_cpu / 100 - in.pipe_poll_share_polling) * rt);
+    if (in.rr_per_s_polling > 0 && cal.socket_work_ns > 0) {
+      const CellResult r = run_cell(cal.costs, calibrated_request_response(cal, in.rr_think_us, in.rr_work_us), 2,
+                                    200000, warmup, run, 1, "rtt");
+      const double rt_target = 1e9 / in.rr_per_s_polling;
+      const double rt_sim = r.ops > 0 ? r.seconds * 1e9 / static_cast<double>(r.ops) : rt_target;
+      cal.socket_work_ns = std::max(100.0, cal.socket_work_ns + (rt_target - rt_sim) / 2);
+      cal.socket_block_ns =
+          std::max(0.0, cal.socket_block_ns + (r.poll_percent_per_cpu / 100 - in.rr_poll_share_polling) * rt_target);
+    }
+  }
+  return cal;
+}
+
+FitInputs recorded_fit_inputs() {
+  FitInputs in;
+  in.pipe_us_per_op_halting = 44.0874;
+  in.pipe_us_per_op_polling = 9.45831;
+  in.pipe_poll_share_polling = 0.262163;
+  in.pipe_halts_per_s_polling = 90.5;
+  in.pipe_entries_per_s_polling = 183532;
+  in.pipe_halts_per_s_low_cap = 519.5;
+  in.pipe_entries_per_s_low_cap = 157170;
+  in.pipe_low_cap_ns = 30000;
+  in.timer_late_p50_us_halting = 79.7245;
+  in.timer_late_p99_us_halting = 123.749;
+  in.timer_late_p50_us_polling = 67.2155;
+  in.poisson_rtt_p50_us_halting = 20.8105;
+  in.idle_entries_per_s = 114;
+  in.db_rtt_us_halting = 138.995;
+  in.db_work_us = 60;
+  in.rr_per_s_polling = 21186.2;
+  in.rr_poll_share_polling = 0.367118;
+  in.rr_work_us = 20;
+  in.rr_think_us = 10;
+  return in;
+}
+
+const Calibration& guest_calibration() {
+  static const Calibration cal = refine_costs(fit_costs(recorded_fit_inputs()), recorded_fit_inputs());
+  return cal;
+}
+
+Workload recorded_load(const Calibration& cal, const std::string& load) {
+  if (load == "pipe") return calibrated_pipe(cal);
+  if (load == "rr") return calibrated_request_response(cal, 10, 20);
+  if (load == "db") return calibrated_request_response(cal, 60, 60);
+  if (load == "timer") return calibrated_timer(cal);
+  if (load == "poisson") return calibrated_poisson(cal);
+  return idle_load();
+}
+
+double sim_quantity(const CellResult& r, const std::string& q) {
+  if (q == "us_per_op") return r.result_mean_us;
+  if (q == "throughput_per_s") return r.seconds > 0 ? static_cast<double>(r.ops) / r.seconds : 0;
+  if (q == "late_p50_us" || q == "rtt_p50_us") return r.result_p50_us;
+  return 0;
+}
+
+std::vector<CounterPrediction> predict(const Calibration& cal, const std::vector<CounterPoint>& rec, Ns duration,
+                                       std::uint64_t seed) {
+  std::vector<CounterPrediction> out;
+  constexpr Ns warmup = 100'000'000;
+  for (const CounterPoint& p : rec) {
+    CounterPrediction r;
+    r.real = p;
+    const char* metric = p.load == "pipe" ? "round_trip" : p.load == "timer" ? "lateness" : p.load == "idle" ? "" : "rtt";
+    r.sim = run_cell(cal.costs, recorded_load(cal, p.load), 2, p.cap, warmup, duration, seed, metric);
+    r.sim_result = sim_quantity(r.sim, p.quantity);
+    r.error_percent = p.result > 0 ? 100 * (r.sim_result - p.result) / p.result : 0;
     out.push_back(r);
   }
   return out;

@@ -67,10 +67,30 @@ Calibration fit_costs(const FitInputs& in, const FitAssumptions& as) {
   const double rt_poll = in.pipe_us_per_op_polling * 1000;
   const double hop_poll = rt_poll / 2;
   const double hop_halt = in.pipe_us_per_op_halting * 1000 / 2;
-  const double mean_h = std::max(100.0, hop_poll - w);
-  const double mean_m = std::max(mean_h, hop_halt - w);
-  // A CPU polls from its own block (block ns after its write) until the partner's write
-  // (wake + work later): POLL residency per round trip = hop - block.
+  // Rare long delays: the share of periods at cap 200000 that exceeded it, each from one wake-up
+  // whose tail exceeded 200 µs.
+  const double tail_mean = as.tail_mean_us * 1000;
+  const double over_cap =
+      in.pipe_entries_per_s_polling > 0 ? in.pipe_halts_per_s_polling / in.pipe_entries_per_s_polling : 0;
+  const double tail_p = std::min(1.0, over_cap / std::exp(-200000.0 / tail_mean));
+  // The moderate delays: the polling pipe's periods over the low cap that the rare ones do not
+  // explain, each a delay beyond (low cap - the polling period), exponential of delay_mean.
+  const double period_poll = std::max(0.0, in.pipe_poll_share_polling * rt_poll);
+  const double delay_mean = as.delay_mean_us * 1000;
+  double delay_p = 0;
+  if (in.pipe_entries_per_s_low_cap > 0) {
+    const double low = in.pipe_low_cap_ns;
+    const double over = in.pipe_halts_per_s_low_cap / in.pipe_entries_per_s_low_cap - tail_p * std::exp(-low / tail_mean);
+    delay_p = std::clamp(over * std::exp((low - period_poll) / delay_mean), 0.0, 1.0);
+  }
+  // The moderate delays are part of a wake-up's mean; the rare ones hardly move a round trip's
+  // (the loop halts through them), so they are left out of it.
+  const double extra = delay_p * delay_mean;
+  const double mean_h = std::max(100.0, hop_poll - w - extra);
+  const double mean_m = std::max(mean_h, hop_halt - w - extra);
+  // A CPU polls from its own block (block ns after its write) until the partner's write (the
+  // wake-up and work later): POLL residency per round trip = hop - block. (refine_costs, in
+  // des_calibration.hpp, corrects both against simulated cells at the fit caps.)
   const double block = std::clamp(hop_poll - in.pipe_poll_share_polling * rt_poll, 0.0, hop_poll);
   // A halted CPU's idle period at cap 0: the partner's halted wake-up and work, then the share f
   // of its own wake-up that passes before its halt ends, less its block: m + w + f·m - block.
@@ -79,12 +99,6 @@ Calibration fit_costs(const FitInputs& in, const FitAssumptions& as) {
   const double sd = (in.pipe_halted_period_p90_us - in.pipe_halted_period_p10_us) * 1000 / (2 * z90);
   const double cv = sd / (mean_m * std::sqrt(1 + f * f));
   const double sigma_m = std::sqrt(std::log1p(cv * cv));
-  // Rare long delays: the share of periods at cap 200000 that exceeded the cap, each from one
-  // wake-up whose tail exceeded 200 µs.
-  const double tail_mean = as.tail_mean_us * 1000;
-  const double over_cap =
-      in.pipe_entries_per_s_polling > 0 ? in.pipe_halts_per_s_polling / in.pipe_entries_per_s_polling : 0;
-  const double tail_p = std::min(1.0, over_cap / std::exp(-200000.0 / tail_mean));
 
   c.costs.wake_polling = Dist::with_mean(mean_h, as.wake_polling_sigma);
   c.costs.wake_polling.tail_p = tail_p;
@@ -93,6 +107,19 @@ Calibration fit_costs(const FitInputs& in, const FitAssumptions& as) {
   c.costs.wake_halted.tail_p = tail_p;
   c.costs.wake_halted.tail_mean_ns = tail_mean;
   c.costs.halt_exit_share = f;
+  c.costs.halt_exit_share_long = f;
+  c.costs.wake_delay = Dist{0, 0, delay_p, delay_mean};
+  // A long halt's wake-up: the database-shaped request/response at cap 0, RTT = server work + two
+  // hops of (work + wake-up), both sides halting longer than host_poll.
+  c.costs.wake_halted_long = c.costs.wake_halted;
+  if (in.db_rtt_us_halting > 0) {
+    const double mean_long = std::max(mean_m, (in.db_rtt_us_halting * 1000 - in.db_work_us * 1000 - 2 * w) / 2);
+    c.costs.wake_halted_long = Dist::with_mean(mean_long, sigma_m);
+    c.costs.halt_exit_share_long = (f * mean_m + (mean_long - mean_m)) / mean_long;
+    c.costs.wake_halted_long.tail_p = tail_p;
+    c.costs.wake_halted_long.tail_mean_ns = tail_mean;
+    c.costs.host_poll_ns = static_cast<Ns>(as.host_poll_us * 1000);
+  }
   c.pipe_work_ns = w;
   c.pipe_block_ns = block;
 
@@ -105,6 +132,16 @@ Calibration fit_costs(const FitInputs& in, const FitAssumptions& as) {
   c.costs.timer_in_halt = Dist{th, sigma_t, 1.0 / 20000, 2e6};
   c.costs.timer_in_poll = Dist{tp, sigma_t, 1.0 / 20000, 2e6};
   c.timer_slack_ns = slack;
+
+  // The socket's hop (bench_load_rr at cap 200000): a round trip is think + work + two hops of
+  // (work + polling wake-up); both CPUs poll from their block to the peer's post, so the poll time
+  // per round trip, share × 2 × RT, is think + work + 2 (hop - block).
+  if (in.rr_per_s_polling > 0) {
+    const double rt = 1e9 / in.rr_per_s_polling;
+    const double hop = (rt - (in.rr_think_us + in.rr_work_us) * 1000) / 2;
+    c.socket_work_ns = std::max(100.0, hop - mean_h);
+    c.socket_block_ns = std::max(0.0, hop + (in.rr_think_us + in.rr_work_us) * 500 - in.rr_poll_share_polling * rt);
+  }
 
   // Request/response on one vCPU: RTT = server work + two hops (work and block) + two switches.
   c.switch_ns = std::max(0.0, (in.poisson_rtt_p50_us_halting * 1000 - in.poisson_work_us * 1000 - 2 * (w + block)) / 2);

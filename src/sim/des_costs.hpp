@@ -49,10 +49,28 @@ struct Costs {
   // Remote wake-up of a polling vCPU (need-resched seen, no IPI) until the woken thread runs.
   Dist wake_polling;
   // Remote wake-up of a halted vCPU: IPI, VM exit and entry, the host waking the vCPU thread, and
-  // the guest's path back to the thread.
+  // the guest's path back to the thread; `wake_halted_long` once the vCPU has halted for
+  // `host_poll_ns` or more (the host stopped polling the halted vCPU and descheduled its thread,
+  // whose wake-up costs more: the real database-shaped load's halts of about 60 µs paid about
+  // 40 µs a wake-up where the pipe's of about 20 µs paid 21). host_poll_ns 0: one cost for all.
   Dist wake_halted;
-  // Share of wake_halted that passes before the guest's halt ends (its halt residency).
+  Dist wake_halted_long;
+  Ns host_poll_ns = 0;
+  const Dist& halted_wake(Ns halted_for) const noexcept {
+    return host_poll_ns > 0 && halted_for >= host_poll_ns ? wake_halted_long : wake_halted;
+  }
+  // An extra delay on a remote wake-up, polling or halted, with the probability and exponential
+  // mean its tail carries (median 0): the moderate delays (an interrupt on the way, the host's
+  // timer) that make a polling loop's idle period now and then exceed a cap of some tens of µs.
+  Dist wake_delay;
+  // Share of a halted wake-up that passes before the guest's halt ends (its halt residency): the
+  // short path's, and the long path's (its extra over the short one is the host's, while the vCPU
+  // does not run, so it passes inside the residency).
   double halt_exit_share = 1.0;
+  double halt_exit_share_long = 1.0;
+  double halted_share(Ns halted_for) const noexcept {
+    return host_poll_ns > 0 && halted_for >= host_poll_ns ? halt_exit_share_long : halt_exit_share;
+  }
   // A thread's own timer fires while its CPU polls / halts, until the thread runs.
   Dist timer_in_poll;
   Dist timer_in_halt;
@@ -80,6 +98,11 @@ struct FitInputs {
   // README §4 at cap 200000: halts/s against idle entries/s (the rare periods over the cap).
   double pipe_halts_per_s_polling = 82;
   double pipe_entries_per_s_polling = 273295;
+  // The same at a cap just above the polling pipe's idle periods (30000): the moderate delays.
+  // 0: none.
+  double pipe_halts_per_s_low_cap = 0;
+  double pipe_entries_per_s_low_cap = 0;
+  std::uint32_t pipe_low_cap_ns = 30000;
   // static-curve.jsonl, load_timer 150 µs: lateness p50 / p99 at cap 0 and p50 at 200000 (µs).
   double timer_late_p50_us_halting = 81.03;
   double timer_late_p99_us_halting = 132.45;
@@ -92,6 +115,15 @@ struct FitInputs {
   // traces/idle-0: idle entries/s over both CPUs of an idle guest.
   double idle_entries_per_s = 75;
   int idle_cpus = 2;
+  // bench_load_rr -w 60 -t 60 (the database-shaped load) at cap 0: its mean round trip (µs) and
+  // server work (µs); 0: no separate cost for a long halt's wake-up. Not in the 2026-12-01 data.
+  double db_rtt_us_halting = 0;
+  double db_work_us = 60;
+  // bench_load_rr -w 20 -t 10 at cap 200000: round trips/s and the POLL residency per CPU
+  // (fraction): the AF_UNIX socket's hop, which differs from the pipe's; 0: the pipe's hop.
+  double rr_per_s_polling = 0;
+  double rr_poll_share_polling = 0;
+  double rr_work_us = 20, rr_think_us = 10;
 };
 
 // Assumptions that the data cannot separate (docs/simulator.md says why):
@@ -100,6 +132,11 @@ struct FitAssumptions {
   double timer_slack_us = 50;  // Linux's default timer slack of a normal thread
   double wake_polling_sigma = 0.25;
   double tail_mean_us = 1000;  // a host-side delay long enough to exceed any cap
+  double delay_mean_us = 10;   // the moderate delays' mean (Costs::wake_delay)
+  // How long a halted vCPU's host keeps its thread ready before a wake-up costs the longer path
+  // (Costs::host_poll_ns): between the real request/response load's halts (about 40 µs, the
+  // pipe's cost) and the database-shaped load's (about 100 µs, the longer one).
+  double host_poll_us = 50;
 };
 
 // The fitted model: costs plus the shapes of the loads it was fitted on.
@@ -109,6 +146,10 @@ struct Calibration {
   double pipe_block_ns = 0;  // after the post, until the thread blocks and the CPU is idle
   double timer_slack_ns = 0;
   double switch_ns = 0;  // a context switch between two threads of one vCPU
+  // The request/response loads' hop over an AF_UNIX socket (bench_load_rr): the sender's work
+  // before its wake-up of the peer, and its way to idle after it; 0: the pipe's.
+  double socket_work_ns = 0;
+  double socket_block_ns = 0;
 };
 
 Calibration fit_costs(const FitInputs& in = {}, const FitAssumptions& as = {});

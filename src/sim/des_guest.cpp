@@ -238,7 +238,8 @@ void Guest::wake(int th, bool remote) {
         ++c.counters.wake_idle_without_ipi;
         log(now_, cpu, TraceEvent::Kind::wake_idle_without_ipi, 0);
       }
-      const Ns lat = steal((remote ? cfg_.costs.wake_polling : cfg_.costs.timer_in_poll).draw(rng_));
+      const Ns lat = steal(remote ? cfg_.costs.wake_polling.draw(rng_) + cfg_.costs.wake_delay.draw(rng_)
+                                  : cfg_.costs.timer_in_poll.draw(rng_));
       c.st = Cpu::St::waking;
       c.waking = th;
       push(now_ + lat, resume, a, ++c.gen);
@@ -246,10 +247,13 @@ void Guest::wake(int th, bool remote) {
     }
     case Cpu::St::halt: {
       if (remote) ++c.counters.ipis;
-      const Ns lat = steal((remote ? cfg_.costs.wake_halted : cfg_.costs.timer_in_halt).draw(rng_));
+      const Ns halted_for = now_ - c.since;
+      const Ns lat = steal(remote ? cfg_.costs.halted_wake(halted_for).draw(rng_) + cfg_.costs.wake_delay.draw(rng_)
+                                  : cfg_.costs.timer_in_halt.draw(rng_));
+      const double share = remote ? cfg_.costs.halted_share(halted_for) : cfg_.costs.halt_exit_share;
       c.st = Cpu::St::waking;
       c.waking = th;
-      push(now_ + std::llround(cfg_.costs.halt_exit_share * static_cast<double>(lat)), halt_end, a);
+      push(now_ + std::llround(share * static_cast<double>(lat)), halt_end, a);
       push(now_ + lat, resume, a, ++c.gen);
       return;
     }

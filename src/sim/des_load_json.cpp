@@ -90,10 +90,18 @@ class Parser {
       if (s.contains("tail_mean_us")) d.tail_mean_ns = number(s["tail_mean_us"], at + "/tail_mean_us", 0, true) * 1000;
       out.push_back(step::compute(d));
     } else if (k == "send") {
-      only(s, at, {"send"});
-      out.push_back(step::compute(Dist::with_mean(cal_.pipe_work_ns, 0.2)));
+      only(s, at, {"send", "over"});
+      // The hop's costs: a pipe's (perf bench sched pipe) or an AF_UNIX socket's (bench_load_rr),
+      // each as the calibration fitted it (a calibration without a socket hop uses the pipe's).
+      bool socket = false;
+      if (s.contains("over")) {
+        const std::string over = s["over"].is_string() ? s["over"].get<std::string>() : "";
+        if (over != "pipe" && over != "socket") throw LoadError(at + "/over", "expected \"pipe\" or \"socket\"");
+        socket = over == "socket" && cal_.socket_work_ns > 0;
+      }
+      out.push_back(step::compute(Dist::with_mean(socket ? cal_.socket_work_ns : cal_.pipe_work_ns, 0.2)));
       out.push_back(step::post(channels.id(name(s[k], v))));
-      out.push_back(step::compute(Dist::with_mean(cal_.pipe_block_ns, 0.2)));
+      out.push_back(step::compute(Dist::with_mean(socket ? cal_.socket_block_ns : cal_.pipe_block_ns, 0.2)));
     } else if (k == "post" || k == "wait") {
       only(s, at, {kind});
       const int ch = channels.id(name(s[k], v));

@@ -81,6 +81,15 @@ Workload calibrated_poisson(const Calibration& c, int cpu) {
                       Dist::with_mean(c.pipe_block_ns, 0.2), Dist::with_mean(c.switch_ns, 0.2));
 }
 
+Workload calibrated_request_response(const Calibration& c, double think_us, double work_us, int client_cpu,
+                                     int server_cpu) {
+  const double work = c.socket_work_ns > 0 ? c.socket_work_ns : c.pipe_work_ns;
+  const double block = c.socket_work_ns > 0 ? c.socket_block_ns : c.pipe_block_ns;
+  return request_response_load(client_cpu, server_cpu, Dist::with_mean(think_us * 1000, 0.1),
+                               Dist::with_mean(work_us * 1000, 0.1), Dist::with_mean(work, 0.2),
+                               Dist::with_mean(block, 0.2));
+}
+
 Workload calibrated_mix(const Calibration& c, int cpus) {
   const int pairs_end = (cpus / 2 + 1) / 2 * 2;
   Workload w;

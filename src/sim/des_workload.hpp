@@ -76,6 +76,10 @@ Workload calibrated_pipe(const Calibration& c, int cpu_a = 0, int cpu_b = 1);
 Workload calibrated_timer(const Calibration& c, int cpu = 0);
 // bench_load_poisson as the real run placed it: client and server on one vCPU.
 Workload calibrated_poisson(const Calibration& c, int cpu = 0);
+// bench_load_rr -w work_us -t think_us: a client thinking think_us between requests, a server
+// working work_us per request (both busy loops, a tenth of spread), the calibrated hop.
+Workload calibrated_request_response(const Calibration& c, double think_us, double work_us, int client_cpu = 0,
+                                     int server_cpu = 1);
 // A per-CPU mix for `cpus` vCPUs: the first half (rounded up to even) request/response pairs with
 // a database client's shape (50 µs think, 20 µs server work; metric "rtt" per pair), the rest
 // 150 µs timers.

@@ -127,3 +127,107 @@ TEST_CASE("des calibration: halts per second of a run without perf attached", "[
   }
   CHECK(checked == 4);
 }
+
+namespace {
+const std::string recording_path = HALTPOLL_SOURCE_DIR "/tests/data/calibration-2026-12-03/counters.jsonl";
+
+std::vector<CounterPoint> recording() {
+  std::ifstream in(recording_path);
+  REQUIRE(in);
+  return read_counter_recording(in);
+}
+
+bool recording_fit_cap(std::uint32_t cap) { return cap == 0 || cap == 30000 || cap == 200000; }
+}  // namespace
+
+// The 2026-12-03 recording (tests/data/calibration-2026-12-03): the costs fitted on caps 0, 30000
+// and 200000 (fit_inputs_from), every other cap predicted, for all six loads of eval-kernel.sh. The
+// tolerance (kCalibrationTolerance) at every held-out point: the result within 15 % of the real
+// cell's median or within the range its own rounds spread over (a cell cannot be predicted better
+// than it repeats: the pipe's rounds at one cap spread 7-10 µs/op), poll CPU within 5 points, halts
+// within 25 % or 200/s. Where the model is known not to hold, the quantities are listed by
+// not_covered() with the reason, printed as such and not asserted.
+TEST_CASE("des calibration: the 2026-12-03 recording, every load at every cap", "[des][calibration]") {
+  const auto rec = recording();
+  REQUIRE(rec.size() == 66);
+  const FitInputs in = fit_inputs_from(rec);
+  // The inputs the daemon carries (recorded_fit_inputs) are this recording's.
+  const FitInputs baked = recorded_fit_inputs();
+  for (auto [a, b] : {std::pair{in.pipe_us_per_op_halting, baked.pipe_us_per_op_halting},
+                      {in.pipe_us_per_op_polling, baked.pipe_us_per_op_polling},
+                      {in.pipe_poll_share_polling, baked.pipe_poll_share_polling},
+                      {in.pipe_halts_per_s_polling, baked.pipe_halts_per_s_polling},
+                      {in.pipe_entries_per_s_polling, baked.pipe_entries_per_s_polling},
+                      {in.pipe_halts_per_s_low_cap, baked.pipe_halts_per_s_low_cap},
+                      {in.pipe_entries_per_s_low_cap, baked.pipe_entries_per_s_low_cap},
+                      {in.timer_late_p50_us_halting, baked.timer_late_p50_us_halting},
+                      {in.timer_late_p99_us_halting, baked.timer_late_p99_us_halting},
+                      {in.timer_late_p50_us_polling, baked.timer_late_p50_us_polling},
+                      {in.poisson_rtt_p50_us_halting, baked.poisson_rtt_p50_us_halting},
+                      {in.idle_entries_per_s, baked.idle_entries_per_s}, {in.db_rtt_us_halting, baked.db_rtt_us_halting},
+                      {in.rr_per_s_polling, baked.rr_per_s_polling}, {in.rr_poll_share_polling, baked.rr_poll_share_polling}})
+    CHECK(a == Approx(b).epsilon(1e-5));
+  const Calibration cal = refine_costs(fit_costs(in), in);
+  const auto preds = predict(cal, rec, 1'000'000'000, 1);
+  const auto& tol = kCalibrationTolerance;
+  std::printf("%-8s %7s %10s %12s %10s %7s %7s %7s %8s %8s %8s %8s %7s %7s  %s\n", "load", "cap", "real", "rounds",
+              "sim", "err%", "poll_r", "poll_s", "halts_r", "halts_s", "entr_r", "entr_s", "ipi_r", "ipi_s", "role");
+  int held = 0, misses_expected = 0;
+  double worst_result = 0, worst_poll = 0;
+  for (const auto& p : preds) {
+    const auto& r = p.real;
+    const bool fit = recording_fit_cap(r.cap);
+    const bool result_ok = r.quantity.empty() || std::abs(p.error_percent) <= tol.result_percent ||
+                           (p.sim_result >= r.result_lo && p.sim_result <= r.result_hi);
+    const bool poll_ok = std::abs(p.sim.poll_percent_per_cpu - r.poll_percent) <= tol.poll_points;
+    const double dh = std::abs(p.sim.halts_per_s - r.halts_per_s);
+    const bool halts_ok = dh <= tol.halts_per_s || dh <= tol.halts_percent / 100 * r.halts_per_s;
+    const char* why_r = not_covered(r.load, r.cap, "result");
+    const char* why_p = not_covered(r.load, r.cap, "poll");
+    const char* why_h = not_covered(r.load, r.cap, "halts");
+    const char* why = why_r ? why_r : why_p ? why_p : why_h;
+    const bool miss = (!why_r && !result_ok) || (!why_p && !poll_ok) || (!why_h && !halts_ok);
+    std::printf("%-8s %7u %10.2f %5.0f-%-6.0f %10.2f %7.1f %7.2f %7.2f %8.0f %8.0f %8.0f %8.0f %7.0f %7.0f  %s%s%s%s%s\n",
+                r.load.c_str(), r.cap, r.result, r.result_lo, r.result_hi, p.sim_result, p.error_percent,
+                r.poll_percent, p.sim.poll_percent_per_cpu, r.halts_per_s, p.sim.halts_per_s, r.entries_per_s,
+                p.sim.idle_entries_per_s, r.ipi_skips_per_s.value_or(-1), p.sim.ipi_skips_per_s,
+                fit ? "fit" : "held-out", !fit && why ? ", not covered (" : "", !fit && why ? (why_r ? "result" : why_p ? "poll" : "halts") : "",
+                !fit && why ? "): " : "", !fit && why ? why : "");
+    if (fit) continue;
+    CAPTURE(r.load, r.cap, r.result, p.sim_result, r.poll_percent, p.sim.poll_percent_per_cpu, r.halts_per_s,
+            p.sim.halts_per_s);
+    CHECK_FALSE(miss);
+    misses_expected += why != nullptr;
+    held += why == nullptr;
+    if (!why_r && !r.quantity.empty()) worst_result = std::max(worst_result, std::abs(p.error_percent));
+    if (!why_p) worst_poll = std::max(worst_poll, std::abs(p.sim.poll_percent_per_cpu - r.poll_percent));
+  }
+  std::printf("held-out points asserted: %d, not covered: %d; worst result error %.1f %%, worst poll CPU %.1f points\n",
+              held, misses_expected, worst_result, worst_poll);
+  CHECK(held >= 25);
+
+  // The features that decide tuning, as the model shows them on this recording.
+  auto at = [&](const std::string& load, std::uint32_t cap) -> const CounterPrediction& {
+    for (const auto& p : preds)
+      if (p.real.load == load && p.real.cap == cap) return p;
+    FAIL("no " << load << " at " << cap);
+    return preds.front();
+  };
+  // The pipe's knee: slow at 10000, fast from 20000 on (real: 25.8 -> 8.7 µs/op, a partial knee at
+  // 10000 the model does not show).
+  CHECK(at("pipe", 10000).sim_result > 0.8 * at("pipe", 0).sim_result);
+  CHECK(at("pipe", 20000).sim_result < 0.3 * at("pipe", 0).sim_result);
+  // The timer's trap at 100000: a third of each CPU polling and still thousands of halts a second
+  // (real 32.9 % and 5894/s); at 200000 its polls "hit" and skip no IPI.
+  CHECK(at("timer", 100000).sim.poll_percent_per_cpu > 25);
+  CHECK(at("timer", 100000).sim.halts_per_s > 4000);
+  CHECK(at("timer", 200000).sim.ipi_skips_per_s < 1);
+  CHECK(at("timer", 200000).sim.poll_percent_per_cpu > 40);
+  // The database-shaped load pays from 100000 on: within 5 % of 400000 there (real 0.99 x), and 0
+  // is slower by a quarter or more (real 0.69 x of 400000).
+  const double db_top = at("db", 400000).sim_result;
+  CHECK(at("db", 100000).sim_result > 0.95 * db_top);
+  CHECK(at("db", 0).sim_result < 0.75 * db_top);
+  CHECK(worst_result <= tol.worst_result_percent + 0.05);
+  CHECK(worst_poll <= tol.worst_poll_points + 0.05);
+}

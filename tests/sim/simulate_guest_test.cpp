@@ -106,7 +106,7 @@ TEST_CASE("simulate --guest: predicts a described load with the calibration erro
   REQUIRE(run_simulate_guest(o, js, err) == 0);
   const auto j = nlohmann::json::parse(js.str());
   CHECK(j.at("cap_at_end_ns").get<std::uint32_t>() >= 25000);
-  CHECK(j.at("result").at("mean_us").get<double>() < 10);  // fast from the first second on (44 us/op at 0)
+  CHECK(j.at("result").at("mean_us").get<double>() < 15);  // fast from the first second on (44 us/op at 0, 9.5 polling)
   CHECK(j.at("calibration_error").at("result_percent").get<double>() == 15);
 
   std::ostringstream bad, why;

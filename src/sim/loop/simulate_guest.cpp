@@ -68,7 +68,7 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
     }
     text = all.str();
   }
-  const Calibration cal = fit_costs();
+  const Calibration& cal = guest_calibration();
   LoadDescription load;
   try {
     load = parse_load(text, cal, o.cpus);
