@@ -168,7 +168,7 @@ struct StatsSnapshot {
 // GetStats/Watch payload. `cpu` filters to one CPU (the caller checks that it exists);
 // `histogram` includes each CPU's buckets and those of the kernel's idle-period histograms. On a
 // guest whose kernel does not poll it computes the forecast (driverless_forecast: the idle periods
-// replayed at every rung, ~0.2 ms a rung), which the Prometheus form does not need.
+// replayed at every rung, at most 8000 of them a rung), which the Prometheus form does not need.
 nlohmann::json stats_to_json(const StatsSnapshot& s, std::optional<unsigned> cpu, bool histogram);
 
 }  // namespace haltpolld
