@@ -173,6 +173,148 @@ std::string kernel_table_header() {
                      "MEAN MISS", "LIMIT", "IPI SKIP/s", "STEAL");
 }
 
+// A guest whose kernel does not poll (no cpuidle driver): the tracepoint counts its idle periods,
+// every one a halt, so the poll columns would all read 0 or "-".
+bool driverless(const json& ks) { return ks.value("counters", "") == "tracepoint"; }
+
+constexpr const char* kHaltHeader = "{:>4} {:>9} {:>9} {:>9} {:>10} {:>6}";
+
+std::string halt_table_header() {
+  return fmt::format(kHaltHeader, "CPU", "IDLE/s", "HALTS/s", "HALT CPU", "MEAN HALT", "STEAL");
+}
+
+std::string halt_row(const std::string& label, const json& c, const json& steal) {
+  return fmt::format(kHaltHeader, label, human_rate(num(c, "idle_entries_per_s")), human_rate(num(c, "halts_per_s")),
+                     percent(num(c, "halt_cpu_percent")), ns_or_dash(at(c, "mean_halt_ns")), or_dash(steal, percent));
+}
+
+// Where the rows of a driverless guest come from when the last tick did not count (the eBPF program
+// is attached for one tick in tuner.steady_trace_every).
+std::string rows_note(const json& ks) {
+  const json& rt = at(ks, "rows_tick");
+  if (!rt.is_number() || rt == at(ks, "tick")) return "";
+  return fmt::format("idle periods of tick {} ({:.2f} s), the last the power:cpu_idle tracepoint counted",
+                     str(ks, "rows_tick"), num(ks, "rows_elapsed_ns") / 1e9);
+}
+
+// The idle periods the forecast replays: on a guest that does not poll, every one is a halt.
+std::string periods_line(const json& f) {
+  const json& p = at(f, "periods");
+  if (!p.is_object()) return "";
+  return fmt::format("halt residency p50 {} · p90 {} · p99 {} · {} idle periods/s, all CPUs (tick {})",
+                     ns_or_dash(at(p, "p50_ns")), ns_or_dash(at(p, "p90_ns")), ns_or_dash(at(p, "p99_ns")),
+                     human_rate(num(p, "per_s")), str(f, "tick"));
+}
+
+std::string forecast_error(const json& f) {
+  const json& e = at(f, "error");
+  return fmt::format("± {:g}% or {:g}/s of the halts, ± {:g} points of poll CPU", num(e, "halts_percent"),
+                     num(e, "halts_per_s"), num(e, "poll_points"));
+}
+
+// The sentence an operator reads first: the tuner's choice and what it would buy.
+std::string forecast_summary(const json& f) {
+  if (!f.value("available", false)) return "no forecast: " + str(f, "reason", "no reason given");
+  const json& c = at(f, "chosen");
+  if (num(c, "ns") <= 0 || num(c, "halts_avoided_per_s") <= 0)
+    return "enabling halt-polling would not pay on this load: the tuner (balanced) would keep 0 ns";
+  return fmt::format("enabling halt-polling at {} would avoid {} halt exits/s for {} poll CPU per CPU ({})",
+                     human_ns(num(c, "ns")), human_rate(num(c, "halts_avoided_per_s")),
+                     percent(num(c, "poll_cpu_percent_per_cpu")), forecast_error(f));
+}
+
+constexpr const char* kRungHeader = "{:>1}{:>9} {:>13} {:>10} {:>13} {:>13} {:>12}";
+
+// The forecast per rung, the tuner's choice marked.
+std::vector<std::string> forecast_table(const json& f) {
+  std::vector<std::string> out{
+      fmt::format(kRungHeader, "", "CAP", "AVOIDED/s", "HALTS/s", "TIMEOUTS/s ≤", "POLL CPU/CPU", "NET CPU-s/s")};
+  const json& chosen = at(f, "chosen");
+  for (const auto& r : items(f, "rungs"))
+    out.push_back(fmt::format(kRungHeader, at(r, "ns") == at(chosen, "ns") ? "*" : "", human_ns(num(r, "ns")),
+                              human_rate(num(r, "halts_avoided_per_s")), human_rate(num(r, "halts_per_s")),
+                              human_rate(num(r, "poll_timeouts_per_s_at_most")),
+                              percent(num(r, "poll_cpu_percent_per_cpu")), fmt::format("{:+.4f}", num(r, "net_cpus"))));
+  return out;
+}
+
+std::string penalty_line(const json& f) {
+  return fmt::format(
+      "halt-exit penalty {} ({})", human_ns(num(f, "halt_exit_penalty_ns")),
+      f.value("penalty_measured", false) ? "measured by the daemon" : "unmeasured: the real guest's probes");
+}
+
+// Lines of text wrapped to `width`, the first after `tag` (9 columns), the rest indented to it.
+void add_wrapped(std::string& out, std::size_t& used, const std::string& tag, const std::string& text,
+                 std::size_t width) {
+  bool first = true;
+  for (const auto& line : wrap(text, width > 9 ? width - 9 : 1)) {
+    out += fmt::format("{:<9}", first ? tag : std::string()) + line + '\n';
+    first = false;
+    ++used;
+  }
+}
+
+// The forecast's lines: the summary, then (unless `compact`) the rungs and what the numbers rest on.
+std::string forecast_block(const json& f, std::size_t width, bool compact, std::size_t& used) {
+  std::string out;
+  if (!f.is_object()) return out;
+  add_wrapped(out, used, "forecast", forecast_summary(f), width);
+  if (!f.value("available", false)) return out;
+  if (compact) {
+    add_wrapped(out, used, "", "every rung and the reason: haltpollctl stats --kernel", width);
+    return out;
+  }
+  for (const auto& line : forecast_table(f)) {
+    out += std::string(9, ' ') + line + '\n';
+    ++used;
+  }
+  add_wrapped(out, used, "",
+              penalty_line(f) + " · a lower bound of the gain for closed loops, exact in expectation for open ones",
+              width);
+  return out;
+}
+
+// `top` on a guest whose kernel does not poll: per CPU its idle entries and halts (the same: every
+// entry halts), their distribution and what enabling halt-polling would buy.
+std::string driverless_top(const json& ks, const Screen& screen, std::size_t width, std::size_t used) {
+  std::string out;
+  add_wrapped(out, used, "idle", str(ks, "cpuidle"), width);
+  if (const std::string note = rows_note(ks); !note.empty()) add_wrapped(out, used, "rows", note, width);
+  const json& cpus = items(ks, "cpus");
+  const json& f = at(ks, "forecast");
+  std::string below;
+  std::size_t below_lines = 0;
+  if (!cpus.empty()) {
+    below += halt_row("all", at(ks, "all"), at(ks, "steal_percent")) + '\n';
+    ++below_lines;
+    if (const std::string p = periods_line(f); !p.empty()) add_wrapped(below, below_lines, "periods", p, width);
+  }
+  std::size_t forecast_lines = 0;
+  std::string forecast = forecast_block(f, width, false, forecast_lines);
+  // On a terminal too short for everything the rungs go first, then CPUs.
+  if (screen.height > 0 && used + 2 + cpus.size() + below_lines + 1 + forecast_lines > screen.height) {
+    forecast_lines = 0;
+    forecast = forecast_block(f, width, true, forecast_lines);
+  }
+  out += '\n' + halt_table_header() + '\n';
+  used += 2;
+  if (cpus.empty()) {
+    out += "no idle periods counted yet: " + str(ks, "reason", "unknown") + '\n';
+  } else {
+    const std::size_t reserve = used + below_lines + 1 + forecast_lines + 1;
+    std::size_t shown = cpus.size();
+    if (screen.height > 0 && reserve + cpus.size() > screen.height)
+      shown = screen.height > reserve ? screen.height - reserve : 0;
+    for (std::size_t i = 0; i < shown; ++i)
+      out += halt_row(str(cpus[i], "cpu"), cpus[i], at(cpus[i], "steal_percent")) + '\n';
+    if (shown < cpus.size()) out += fmt::format("  … {} more CPUs: haltpollctl stats --kernel\n", cpus.size() - shown);
+    out += below;
+  }
+  if (!forecast.empty()) out += '\n' + forecast;
+  return out;
+}
+
 }  // namespace
 
 std::string human_ns(double ns) {
@@ -327,6 +469,7 @@ std::string render_kernel_top(const json& stats, const json& d, const std::strin
     first = false;
     ++used;
   }
+  if (driverless(ks)) return out + driverless_top(ks, screen, width, used);
   out += '\n' + kernel_table_header() + '\n';
   used += 2;
   if (!ks.value("available", false)) {
@@ -349,7 +492,20 @@ std::string render_kernel_stats(const json& stats) {
                                 num(ks, "elapsed_ns") / 1e9, str(ks, "cpuidle"),
                                 at(ks, "steal_percent").is_number() ? percent(num(ks, "steal_percent")) + " (all CPUs)" : "-");
   out += "eBPF: " + bpf_line(ks) + "\n\n";
-  if (!ks.value("available", false)) {
+  const json& f = at(ks, "forecast");
+  if (driverless(ks)) {
+    if (items(ks, "cpus").empty()) {
+      out += "no idle periods counted yet: " + str(ks, "reason", "unknown") + '\n';
+    } else {
+      const std::string note = rows_note(ks);
+      out += (note.empty() ? std::string("last tick") : note) +
+             ", per second (no cpuidle driver: every idle entry is a halt; HALT CPU of `all` in % of one CPU):\n" +
+             halt_table_header() + '\n';
+      for (const auto& c : items(ks, "cpus")) out += halt_row(str(c, "cpu"), c, at(c, "steal_percent")) + '\n';
+      out += halt_row("all", at(ks, "all"), at(ks, "steal_percent")) + '\n';
+      if (const std::string p = periods_line(f); !p.empty()) out += p + '\n';
+    }
+  } else if (!ks.value("available", false)) {
     out += "no kernel signals: " + str(ks, "reason", "unknown") + '\n';
   } else {
     out += "last tick, per second (POLL CPU of `all` in % of one CPU):\n" + kernel_table_header() + '\n';
@@ -369,6 +525,20 @@ std::string render_kernel_stats(const json& stats) {
   for (const auto& c : items(ks, "cpus"))
     if (c.contains("totals")) out += totals_row(str(c, "cpu"), c["totals"]);
   out += totals_row("all", t);
+  if (f.is_object()) {
+    out +=
+        "\nwhat enabling halt-polling would buy: the idle periods of the tick replayed through the kernel's haltpoll "
+        "governor (the library's model) at each rung of the tuner's ladder\n" +
+        forecast_summary(f) + '\n';
+    if (f.value("available", false)) {
+      for (const auto& line : forecast_table(f)) out += "  " + line + '\n';
+      out += "  chosen:  " + str(at(f, "chosen"), "reason") + '\n';
+      out += "  " + penalty_line(f) + '\n';
+      out += "  error:   " + forecast_error(f) + " (" + str(at(f, "error"), "source") + ")\n";
+      out += "  bound:   " + str(f, "bound") + '\n';
+    }
+    out += "  enable:  " + str(f, "how_to_enable") + '\n';
+  }
   out += "\nsignals:\n";
   const json& sig = at(ks, "signals");
   if (sig.is_object())

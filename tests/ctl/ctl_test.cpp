@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <regex>
 #include <sstream>
 
@@ -150,6 +151,56 @@ TEST_CASE("haltpollctl: status says whether the kernel of the guest the tree is 
     CHECK(out.find("cpuidle_haltpoll.force=1") != std::string::npos);
     if (d.guest == testsupport::GuestKind::no_driver) CHECK(out.find("current_driver is 'none'") != std::string::npos);
   }
+  CHECK(d.stop() == 0);
+}
+
+TEST_CASE("haltpollctl: top and stats --kernel on a guest whose kernel does not poll, and the forecast's state") {
+  // Under `scripts/test.sh guest-kinds` the fixture's tree is shaped like each kind of guest in turn;
+  // a fake tree has no eBPF, so a driverless one counts no period and the forecast says why (the
+  // scripted periods and the forecast's numbers are in test_ctl_driverless and test_poll_forecast).
+  Daemon d(json{{"tuner", {{"interval_ms", 100}}}});
+  json k;
+  for (auto deadline = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < deadline;) {
+    k = kernel_json(d);
+    if (k["tick"].get<std::uint64_t>() > 0) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  INFO(k.dump());
+  REQUIRE(k["tick"].get<std::uint64_t>() > 0);
+  if (d.guest == testsupport::GuestKind::no_driver) CHECK(k["counters"] == "tracepoint");
+  if (k["counters"] != "tracepoint") {
+    CHECK(k["forecast"].is_null());  // the kernel polls (or could): the tuner measures every rung itself
+    CHECK(d.stop() == 0);
+    return;
+  }
+  const json& f = k["forecast"];
+  REQUIRE(f.is_object());
+  CHECK(f["available"] == false);
+  CHECK(f["rungs"].empty());
+  CHECK(f["reason"].get<std::string>().find("and eBPF is missing: eBPF kernel signals not used: sysfs_root is ") !=
+        std::string::npos);
+  CHECK(f["how_to_enable"].get<std::string>().find("cpuidle_haltpoll.force=1") != std::string::npos);
+
+  auto top = ctl(d, {"top", "-n", "1"});
+  REQUIRE(top.code == 0);
+  INFO(top.out);
+  const auto lines = lines_of(top.out);
+  auto starts = [&](const std::string& prefix) {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.rfind(prefix, 0) == 0; });
+  };
+  CHECK(starts("idle     no cpuidle states under " + d.sysfs));
+  CHECK(starts(" CPU    IDLE/s   HALTS/s  HALT CPU  MEAN HALT  STEAL"));
+  CHECK(starts("no idle periods counted yet: no cpuidle states under "));
+  CHECK(starts("forecast no forecast: it replays the idle periods the eBPF program on power:cpu_idle counts"));
+  CHECK(top.out.find("MEAN MISS") == std::string::npos);
+
+  auto st = ctl(d, {"stats", "--kernel"});
+  REQUIRE(st.code == 0);
+  INFO(st.out);
+  CHECK(st.out.find("\nno idle periods counted yet: ") != std::string::npos);
+  CHECK(st.out.find("\nwhat enabling halt-polling would buy: ") != std::string::npos);
+  CHECK(st.out.find("\nno forecast: it replays the idle periods") != std::string::npos);
+  CHECK(st.out.find("\n  enable:  the cpuidle-haltpoll driver would make it poll: ") != std::string::npos);
   CHECK(d.stop() == 0);
 }
 

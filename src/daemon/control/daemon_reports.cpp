@@ -80,6 +80,7 @@ StatsSnapshot daemon_stats(const DaemonSnapshot& snapshot, const FleetSeries& fl
   s.kernel = snapshot.kernel;
   s.fleet = fleet;
   s.kernel_signals = kernel_signals;
+  s.forecast_inputs = forecast_inputs(snapshot.controller ? &*snapshot.controller : nullptr);
   s.tuner_ticks = facts.ticks;
   s.config_reloads = facts.reloads;
   s.config_reload_failures = facts.reload_failures;

@@ -87,6 +87,10 @@ void KernelSignalsStats::record(std::uint64_t tick_number, const KernelSignals& 
   if (tick_number == 0 || tick_number == tick) return;
   tick = tick_number;
   last = signals;
+  if (signals.available()) {
+    last_counted = signals;
+    last_counted_tick = tick_number;
+  }
   steal_percent = steal;
   totals.add(signals);
 }
@@ -147,7 +151,8 @@ json signal(const char* status, std::string source) { return {{"status", status}
 
 }  // namespace
 
-json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned> cpu, bool histogram) {
+json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned> cpu, bool histogram,
+                            const std::optional<PollForecast>& forecast) {
   const KernelSignals& last = k.last;
   const bool available = k.tick > 0 && last.available();
   bool any_limit = false, any_ipi = false, all_exact = !last.cpus.empty();
@@ -170,22 +175,31 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
   const bool from_trace = last.counters == KernelSignals::Counters::tracepoint;
   if (from_trace && !available && !last.bpf_detached.empty())
     unavailable += "; the last tick was not one of them (" + last.bpf_detached + ")";
+  // The per-CPU rows: the last tick's, or on a guest counted by the tracepoint the last tick it
+  // counted (one in tuner.steady_trace_every), so that its rows do not vanish between those ticks.
+  const bool rows_counted_earlier = from_trace && !available && k.last_counted_tick > 0;
+  const KernelSignals& rows = rows_counted_earlier ? k.last_counted : last;
+  const std::uint64_t rows_tick = rows_counted_earlier ? k.last_counted_tick : available ? k.tick : 0;
 
   // Rates of one CPU's tick, or of the tick summed over the CPUs.
   auto rates = [&](const CpuKernelTotals& c, double cpu_cap) {
     auto share = [&](std::uint64_t ns) {
-      return last.elapsed_ns ? std::min(cpu_cap, 100.0 * static_cast<double>(ns) / static_cast<double>(last.elapsed_ns)) : 0.0;
+      return rows.elapsed_ns ? std::min(cpu_cap, 100.0 * static_cast<double>(ns) / static_cast<double>(rows.elapsed_ns))
+                             : 0.0;
     };
-    return json{{"idle_entries_per_s", last.per_second(c.idle_entries)},
-                {"poll_entries_per_s", last.per_second(c.poll_entries)},
-                {"halts_per_s", last.per_second(c.halts)},
-                {"poll_hits_per_s", last.per_second(c.poll_hits)},
-                {"poll_misses_per_s", last.per_second(c.poll_misses)},
+    return json{{"idle_entries_per_s", rows.per_second(c.idle_entries)},
+                {"poll_entries_per_s", rows.per_second(c.poll_entries)},
+                {"halts_per_s", rows.per_second(c.halts)},
+                {"poll_hits_per_s", rows.per_second(c.poll_hits)},
+                {"poll_misses_per_s", rows.per_second(c.poll_misses)},
                 {"poll_cpu_percent", share(c.poll_ns)},
                 {"halt_cpu_percent", share(c.halt_ns)},
-                {"poll_hit_percent", c.poll_entries ? json(100.0 * static_cast<double>(c.poll_hits) / static_cast<double>(c.poll_entries))
-                                                    : json(nullptr)},
-                {"ipi_skipped_per_s", c.ipi_skipped ? json(last.per_second(*c.ipi_skipped)) : json(nullptr)}};
+                {"poll_hit_percent",
+                 c.poll_entries ? json(100.0 * static_cast<double>(c.poll_hits) / static_cast<double>(c.poll_entries))
+                                : json(nullptr)},
+                {"ipi_skipped_per_s", c.ipi_skipped ? json(rows.per_second(*c.ipi_skipped)) : json(nullptr)},
+                {"mean_halt_ns",
+                 c.halts ? json(static_cast<double>(c.halt_ns) / static_cast<double>(c.halts)) : json(nullptr)}};
   };
   auto totals_json = [](const CpuKernelTotals& t) {
     return json{{"idle_entries", t.idle_entries}, {"poll_entries", t.poll_entries},       {"poll_ns", t.poll_ns},
@@ -200,7 +214,7 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
   // end in a tick longer than the tick (it began before; a CPU brought back online ends the period
   // it entered before going offline, however long that was).
   double all_poll_percent = 0, all_halt_percent = 0;
-  for (const CpuKernelSignals& c : last.cpus) {
+  for (const CpuKernelSignals& c : rows.cpus) {
     sum += CpuKernelTotals::of(c);
     const json one = rates(CpuKernelTotals::of(c), 100.0);
     all_poll_percent += one["poll_cpu_percent"].get<double>();
@@ -239,6 +253,7 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
       json j = {{"count", h.count()},
                 {"sum_ns", h.sum_ns()},
                 {"p50_ns", h.count() ? json(h.interpolated_percentile(0.5)) : json(nullptr)},
+                {"p90_ns", h.count() ? json(h.interpolated_percentile(0.9)) : json(nullptr)},
                 {"p99_ns", h.count() ? json(h.interpolated_percentile(0.99)) : json(nullptr)}};
       if (histogram) j["buckets"] = buckets_json(idle_period_buckets(h));
       return j;
@@ -299,10 +314,13 @@ json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned>
             {"missing_reason", bpf_present ? json(nullptr) : json(bpf_why)},
             {"last_tick", bpf_attached},
             {"detached_reason", bpf_attached || last.bpf_detached.empty() ? json(nullptr) : json(last.bpf_detached)}}},
+          {"rows_tick", rows_tick ? json(rows_tick) : json(nullptr)},
+          {"rows_elapsed_ns", rows.elapsed_ns},
           {"cpus", std::move(cpus)},
           {"all", std::move(all)},
           {"totals", std::move(totals)},
           {"histograms", std::move(histograms)},
+          {"forecast", forecast ? to_json(*forecast) : json(nullptr)},
           {"signals", std::move(signals)}};
 }
 
@@ -326,7 +344,8 @@ json stats_to_json(const StatsSnapshot& s, std::optional<unsigned> cpu, bool his
           {"uptime_seconds", s.uptime_seconds},
           {"monotonic_ns", s.monotonic_ns},
           {"kernel", to_json(s.kernel)},
-          {"kernel_signals", kernel_signals_to_json(s.kernel_signals, cpu, histogram)},
+          {"kernel_signals", kernel_signals_to_json(s.kernel_signals, cpu, histogram,
+                                                    driverless_forecast(s.kernel_signals, s.forecast_inputs))},
           {"cpus", std::move(cpus)}};
 }
 

@@ -6,6 +6,7 @@
 // unit-tested on its own: no file or socket I/O.
 #pragma once
 
+#include "control/poll_forecast.hpp"
 #include "signals/kernel_signals.hpp"
 #include "sysfs/kernel_params.hpp"
 
@@ -115,6 +116,11 @@ struct KernelSignalsStats {
   std::optional<double> steal_percent;  // all CPUs (per CPU: CpuKernelSignals::steal_percent)
   std::string cpuidle_status;           // the sensors' words: states found, or why there are none
   KernelSignalTotals totals;
+  // The last tick that carried per-CPU counts, and its number (0: none yet). On a guest without a
+  // cpuidle driver only the ticks the eBPF program was attached for count (one in
+  // tuner.steady_trace_every), so the per-CPU rows come from here between them.
+  KernelSignals last_counted;
+  std::uint64_t last_counted_tick = 0;
 
   // Takes one tick's signals; a tick already taken (the controller did not tick again) is ignored,
   // so that the totals count every tick exactly once.
@@ -133,8 +139,10 @@ PollMeans poll_means(const CpuKernelSignals& c);
 // of an idle guest last seconds), each bucket its own count, a last one (UINT64_MAX) for the rest.
 std::vector<LatencyBucket> idle_period_buckets(const haltpoll::LatencyHistogram& h);
 
-// The "kernel_signals" object of GetStats/Watch (docs/protocol.md).
-nlohmann::json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned> cpu, bool histogram);
+// The "kernel_signals" object of GetStats/Watch (docs/protocol.md); `forecast` is its `forecast`
+// (null when empty).
+nlohmann::json kernel_signals_to_json(const KernelSignalsStats& k, std::optional<unsigned> cpu, bool histogram,
+                                      const std::optional<PollForecast>& forecast = std::nullopt);
 
 struct StatsSnapshot {
   std::string version;
@@ -145,6 +153,7 @@ struct StatsSnapshot {
   std::vector<CpuStats> cpus;
   KernelHaltpollParams kernel;
   KernelSignalsStats kernel_signals;
+  ForecastInputs forecast_inputs;  // the tuner's ladder, parameters and penalty, for kernel_signals.forecast
   std::uint64_t pin_failures = 0;
   std::uint64_t tuner_ticks = 0;
   std::uint64_t config_reloads = 0;
@@ -158,7 +167,9 @@ struct StatsSnapshot {
 };
 
 // GetStats/Watch payload. `cpu` filters to one CPU (the caller checks that it exists);
-// `histogram` includes each CPU's buckets and those of the kernel's idle-period histograms.
+// `histogram` includes each CPU's buckets and those of the kernel's idle-period histograms. On a
+// guest whose kernel does not poll it computes the forecast (driverless_forecast: the idle periods
+// replayed at every rung, at most 8000 of them a rung), which the Prometheus form does not need.
 nlohmann::json stats_to_json(const StatsSnapshot& s, std::optional<unsigned> cpu, bool histogram);
 
 }  // namespace haltpolld
