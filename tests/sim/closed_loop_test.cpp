@@ -195,8 +195,10 @@ TEST_CASE("sim loop: the Controller tunes 8 and 32 vCPUs of mixed loads", "[loop
     CHECK(r.ticks_since_last_change >= 3);  // settled after its sweep
     CHECK(r.traced_ticks > 0);
     CHECK(r.late.ops > 0);
-    // Half the CPUs run 150 us timers, which a cap of 100000 or more traps at a third of their CPU.
-    CHECK(r.final_cap_ns < 100000);
-    CHECK(r.late.poll_percent_busiest < 30);
+    // Half the CPUs run 150 us timers, which a cap of 75000 or more traps at a third of their CPU
+    // (a limit L with L < 150 us <= 2 L); below it they do not poll, and the request/response pairs
+    // may poll for what they gain (the tuner keeps 50000 here: the pairs poll about 40 %).
+    CHECK(r.final_cap_ns < 75000);
+    CHECK(r.late.poll_percent_per_cpu < 30);
   }
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace haltpolld {
 
@@ -36,7 +37,7 @@ LogRate log_rate(const RungMeasurement& m, int signal) {
     case 0: return {std::log((m.periods + 1) / t), 1 / (m.periods + 1)};
     case 1: return {std::log((m.halts + 1) / t), 1 / (m.halts + 1)};
     case 3: return {std::log((m.useful() + 1) / t), 1 / (m.useful() + 1)};
-    default: return {std::log((m.poll_ns + 1000) / t), 2 / (m.polls + 1)};  // 1 µs: no poll at all
+    default: return {std::log(m.poll_ns / t + 1e4), 2 / (m.polls + 1)};  // 10 µs/s: no poll at all
   }
 }
 
@@ -80,25 +81,32 @@ Score score(const RungMeasurement& r, const RungMeasurement& b, std::optional<do
 }
 
 double potential(const RungMeasurement& r, const RungMeasurement& b, std::optional<double> penalty_ns, double z,
-                 const Weights& w, const IdlePeriodHistograms* periods, double periods_s, std::uint32_t next_ns) {
+                 const Weights& w, const std::vector<std::uint32_t>& above, const IdlePeriodHistograms* periods,
+                 double periods_s) {
   const double p = seconds_of(penalty_ns ? penalty_ns : std::optional<double>(kNominalPenaltyNs));
-  double rho = 1;
+  double rho = 1;  // the share of caught periods that are remote wake-ups, at most
   if (r.ipi_skipped && r.hits >= 1) rho = std::min(1.0, (*r.ipi_skipped + z * std::sqrt(*r.ipi_skipped + 1)) / r.hits);
   const double halts = r.halt_rate();
-  double catchable = halts, extra_poll = 0;
-  if (periods && periods_s > 0) {
-    const CapPrediction here = predict_cap(*periods, r.ns), next = predict_cap(*periods, next_ns);
-    catchable = std::min(halts, std::max(0.0, next.hits - here.hits) / periods_s);
-    extra_poll = std::max(0.0, next.poll_ns - here.poll_ns) / 1e9 / periods_s;
+  double gains = 0;  // Σ (1 + g_c) over the CPUs
+  for (std::size_t c = 0; c < r.cpu_halts.size(); ++c)
+    gains += 1 + (c < b.cpu_periods.size() && r.ns != b.ns ? cpu_gain(r, b, c).gain : 0);
+  const bool hist = periods && periods_s > 0;
+  const CapPrediction here = hist ? predict_cap(*periods, r.ns) : CapPrediction{};
+  double best = -std::numeric_limits<double>::infinity();
+  for (const std::uint32_t ns : above) {
+    double catchable = halts, extra_poll = 0;
+    if (hist) {
+      // Optimistic for a closed loop too: the periods it catches may shrink to nothing once both
+      // sides poll; the ones it still does not catch poll the longer cap, then halt.
+      const CapPrediction at = predict_cap(*periods, ns);
+      catchable = std::min(halts, std::max(0.0, at.hits - here.hits) / periods_s);
+      extra_poll = at.halts * static_cast<double>(ns > r.ns ? ns - r.ns : 0) / 1e9 / periods_s;
+    }
+    const double x = std::min(0.99, p * rho * catchable);
+    best = std::max(best, p * rho * catchable + gains * x / (1 - x) - w.lambda * extra_poll);
+    if (!hist) break;  // the same for every rung without the histogram
   }
-  const double share = halts > 0 ? catchable / halts : 0;
-  double v = p * rho * catchable - w.lambda * extra_poll;
-  for (std::size_t c = 0; c < r.cpu_halts.size(); ++c) {
-    const double x = std::min(0.99, p * rho * share * r.per_s(r.cpu_halts[c]));
-    const double g = c < b.cpu_periods.size() && r.ns != b.ns ? cpu_gain(r, b, c).gain : 0;
-    v += (1 + g) * x / (1 - x);
-  }
-  return v;
+  return above.empty() ? 0 : best;
 }
 
 bool consistent(const RungMeasurement& a, const RungMeasurement& b, double z, const Noise& noise, unsigned which) {

@@ -33,6 +33,7 @@
 #include "tuning/rung.hpp"
 
 #include <optional>
+#include <vector>
 
 namespace haltpolld {
 
@@ -55,16 +56,19 @@ struct Score {
 // limit needs P and is left to `fewest_halts` without it.
 Score score(const RungMeasurement& r, const RungMeasurement& base, std::optional<double> penalty_ns, const Weights& w);
 
-// The most the next rung up could add to J(r) (above). Without a measured penalty the closed-loop
-// part is priced at kNominalPenaltyNs, the real guest's probes' halt exit, so that a loop still
-// climbs before the first measurement.
-// With the rung's idle-period histogram (`periods`, over `periods_s` seconds) the halts it could
-// catch are those the steady-state model predicts the next rung `next_ns` to catch, and the extra
-// polling that costs is priced by λ; without it, every halt left and no extra polling.
+// The most a rung above r could add to J(r) (above), the largest over the rungs `above`. Without a
+// measured penalty the closed-loop part is priced at kNominalPenaltyNs, the real guest's probes'
+// halt exit, so that a loop still climbs before the first measurement. With the rung's idle-period
+// histogram (`periods`, over `periods_s` seconds) the halts a rung could catch are those the
+// steady-state model predicts it to catch (a closed loop speeds up only once some of its periods
+// are caught, so this bounds it too), and the extra polling priced by λ is that of the periods it
+// would still not catch, which poll the longer cap and halt (the caught ones may shrink to nothing
+// once both sides poll); without it, every halt left and no extra polling. A loop's speed-up bound counts the time every CPU spends in
+// the halted wake-ups that could go, as if one serial loop ran through all of them.
 inline constexpr double kNominalPenaltyNs = 20000;
 double potential(const RungMeasurement& r, const RungMeasurement& base, std::optional<double> penalty_ns, double z,
-                 const Weights& w, const IdlePeriodHistograms* periods = nullptr, double periods_s = 0,
-                 std::uint32_t next_ns = 0);
+                 const Weights& w, const std::vector<std::uint32_t>& above,
+                 const IdlePeriodHistograms* periods = nullptr, double periods_s = 0);
 
 // The signals two measurements are compared on: wake-ups, halts, poll CPU, useful wake-ups.
 enum Signal : unsigned { kWake = 1, kHalt = 2, kPoll = 4, kUseful = 8 };

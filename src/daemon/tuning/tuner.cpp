@@ -47,6 +47,7 @@ void Tuner::reset(std::uint32_t ns) {
   predicted_from_.reset();
   retried_ = false;
   referenced_ = false;
+  decided_ = false;
   ticks_since_sweep_ = 0;
   steady_run_ = 0;
   swept_ = false;
@@ -193,16 +194,17 @@ Decision Tuner::sweep(Decision d) {
       const Score s = score_of(r, base);
       if (s.eligible) best = std::max(best, s.j.lo(z));
     }
-    const auto next_up = next_rung(sweep_index_);
-    const double ucb = here.j.hi(z) + potential(m, base, penalty_ns_, z, weights_, periods_ ? &*periods_ : nullptr,
-                                                periods_s_, next_up ? ladder_[*next_up] : m.ns);
+    std::vector<std::uint32_t> above;
+    for (auto i = next_rung(sweep_index_); i; i = next_rung(*i)) above.push_back(ladder_[*i]);
+    const double ucb = here.j.hi(z) + potential(m, base, penalty_ns_, z, weights_, above,
+                                                periods_ ? &*periods_ : nullptr, periods_s_);
     if (!here.eligible && weights_.budget_percent)
       return choose(std::move(d), seen + fmt::format("; busiest CPU polls {:.1f}% > budget {:.1f}%",
                                                      m.max_poll_cpu_percent(), *weights_.budget_percent));
     if (here.eligible && weights_.latency_target_ns && penalty_ns_)
       return choose(std::move(d), seen + "; meets the latency target");
     if (ucb <= best)
-      return choose(std::move(d), seen + fmt::format("; the next rung can reach {:.3f} at best, the best rung "
+      return choose(std::move(d), seen + fmt::format("; no rung above can reach more than {:.3f}, the best rung "
                                                      "keeps {:.3f}",
                                                      ucb, best));
     next = next_rung(sweep_index_);
@@ -365,6 +367,7 @@ bool Tuner::wants_kernel_trace() const noexcept {
 
 Decision Tuner::decide(const Observation& obs) {
   Decision d = decide_step(obs);
+  decided_ = true;
   steady_run_ = phase_ == Phase::steady ? steady_run_ + 1 : 0;
   return d;
 }

@@ -54,7 +54,8 @@ class Tuner {
   std::string_view phase() const noexcept;
   // Measuring the ladder's rungs one after another (the daemon then ticks at sweep_interval_ms).
   // A confirmation is not: it is judged on whole ticks, like the steady rates it is compared with.
-  bool sweeping() const noexcept { return phase_ == Phase::sweep; }
+  // Before its first decision the tuner wants its first look soon as well.
+  bool sweeping() const noexcept { return phase_ == Phase::sweep || !decided_; }
   // Whether the next tick should carry the eBPF signals (IdleTrace attached): always while it
   // sweeps or confirms, else on the first steady tick and then one in steady_trace_every.
   bool wants_kernel_trace() const noexcept;
@@ -110,6 +111,7 @@ class Tuner {
   std::optional<IdlePeriodHistograms> periods_;  // the tick's
   double periods_s_ = 0;                         // ... over this many seconds
   std::string prefix_;  // said before the reason of this tick's decision (why a sweep started)
+  bool decided_ = false;  // a decision since the last reset
 };
 
 }  // namespace haltpolld

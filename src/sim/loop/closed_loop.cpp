@@ -66,6 +66,7 @@ LoopResult run_closed_loop(const LoopConfig& cfg) {
     t.changed = d.changed();
     t.searching = ctl.searching();
     t.reason = d.reason;
+    t.rule = d.rule;
     out.ticks_since_last_change = t.changed ? 0 : out.ticks_since_last_change + 1;
     out.ticks.push_back(std::move(t));
     next = g.now() + (out.ticks.back().searching ? sweep : interval);

@@ -38,6 +38,7 @@ struct LoopTick {
   std::uint32_t cap_ns = 0;  // in force after it
   bool changed = false;
   bool searching = false;  // the tuner sweeps after this tick
+  Rule rule = Rule::steady;
   std::string reason;
 };
 

@@ -156,7 +156,9 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
                r.final_cap_ns, changes, changes == 1 ? "" : "s", settled_s, r.penalty_ns.value_or(0) / 1000);
   if (o.decisions)
     for (const LoopTick& t : r.ticks)
-      if (t.changed) fmt::print(out, "  t={:.2f} s -> {} ns: {}\n", static_cast<double>(t.t) / 1e9, t.cap_ns, t.reason);
+      if (t.changed || t.rule != Rule::steady)
+        fmt::print(out, "  t={:.2f} s -> {} ns [{}]: {}\n", static_cast<double>(t.t) / 1e9, t.cap_ns, to_string(t.rule),
+                   t.reason);
   fmt::print(out, "over the whole run (the daemon's search included):\n");
   fmt::print(out,
              "  poll CPU      {:7.2f} % per CPU, busiest {:.2f} %   (calibration error: within {:.0f} points; worst "
@@ -198,7 +200,7 @@ std::function<int()> add_simulate_command_with_guest(CLI::App& parent) {
   app->add_option("--seconds", o->seconds, "--guest: virtual seconds, the daemon's search included")
       ->capture_default_str();
   app->add_option("--seed", o->seed, "--guest: random seed")->capture_default_str();
-  app->add_flag("--decisions", o->decisions, "--guest: print every change of the cap with the tuner's reason");
+  app->add_flag("--decisions", o->decisions, "--guest: print every decision but a steady hold, with the tuner's rule and reason");
   auto* json = app->get_option("--json");
   return [=] {
     if (!*guest) {

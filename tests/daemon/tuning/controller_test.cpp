@@ -453,6 +453,8 @@ TEST_CASE("a busy guest starts a sweep, and the controller says it is searching 
   o.tuner.policy = Policy::balanced;
   Controller c(o, sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
   c.start();
+  CHECK(c.searching());  // the tuner's first look comes at the sweep's pace
+  c.tick();              // an idle guest: nothing to search
   CHECK(!c.searching());
   // Frequent halts on both CPUs: 2000 per tick, 100 µs each.
   for (int c0 : {0, 1}) fs.set_state(c0, 1, "haltpoll", 2000, 200000);
