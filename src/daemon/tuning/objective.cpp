@@ -91,7 +91,10 @@ double potential(const RungMeasurement& r, const RungMeasurement& b, std::option
   for (std::size_t c = 0; c < r.cpu_halts.size(); ++c)
     gains += 1 + (c < b.cpu_periods.size() && r.ns != b.ns ? cpu_gain(r, b, c).gain : 0);
   const bool hist = periods && periods_s > 0;
-  const CapPrediction here = hist ? predict_cap(*periods, r.ns) : CapPrediction{};
+  // What the rung really caught: its polls that ended by a wake-up (the steady-state view at r
+  // would count a period of the governor's trap, under the cap but over the limit, as caught).
+  double caught = 0;
+  if (hist) periods->poll_hit.for_each_bucket([&](std::uint64_t, std::uint64_t n) { caught += static_cast<double>(n); });
   double best = -std::numeric_limits<double>::infinity();
   for (const std::uint32_t ns : above) {
     double catchable = halts, extra_poll = 0;
@@ -99,7 +102,7 @@ double potential(const RungMeasurement& r, const RungMeasurement& b, std::option
       // Optimistic for a closed loop too: the periods it catches may shrink to nothing once both
       // sides poll; the ones it still does not catch poll the longer cap, then halt.
       const CapPrediction at = predict_cap(*periods, ns);
-      catchable = std::min(halts, std::max(0.0, at.hits - here.hits) / periods_s);
+      catchable = std::min(halts, std::max(0.0, at.hits - caught) / periods_s);
       extra_poll = at.halts * static_cast<double>(ns > r.ns ? ns - r.ns : 0) / 1e9 / periods_s;
     }
     const double x = std::min(0.99, p * rho * catchable);
