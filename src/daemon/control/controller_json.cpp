@@ -106,6 +106,8 @@ json status_to_json(const ControllerStatus& s) {
                 {"last_sweep", sweep},
                 {"halt_exit_penalty", penalty},
                 {"growth_ceiling_ns", opt(t.growth_ceiling_ns)},
+                {"choice", {{"gain_cpus", t.gain_cpus}, {"paying_cpus", t.paying_cpus},
+                            {"one_cap_for_opposite_needs", !t.gain_cpus.empty() && !t.paying_cpus.empty()}}},
                 {"params", to_json(t.params)}};
   j["sensors"] = {{"cpus", s.sensors.cpus},
                   {"cpuidle_available", s.sensors.cpuidle_available},

@@ -494,6 +494,8 @@ ControllerStatus Controller::status_locked() const {
     tu.penalty_age_s = static_cast<double>(clock_->steady_ns() - *penalty_.measured_at_ns()) / 1e9;
   tu.penalty_source = penalty_.source();
   tu.growth_ceiling_ns = tuner_.growth_ceiling_ns();
+  tu.gain_cpus = tuner_.gain_cpus();
+  tu.paying_cpus = tuner_.paying_cpus();
   tu.params = tuner_.params();
 
   s.sensors = signals_->status();

@@ -69,6 +69,7 @@ struct ControllerStatus {
     std::optional<double> penalty_age_s;
     std::string penalty_source;
     std::optional<std::uint32_t> growth_ceiling_ns;
+    std::string gain_cpus, paying_cpus;  // of the last choice (Tuner::gain_cpus, paying_cpus)
     TunerParams params;
   } tuner;
 

@@ -64,11 +64,15 @@ Score score(const RungMeasurement& r, const RungMeasurement& b, std::optional<do
   const double cr = ipi ? *r.ipi_skipped : r.hits, cb = ipi ? *b.ipi_skipped : b.hits;
   s.served = p * (r.per_s(cr) - b.per_s(cb));
   double var = p * p * (std::pow(r.count_se(cr), 2) + std::pow(b.count_se(cb), 2));
+  const std::size_t n = std::min(r.cpu_periods.size(), b.cpu_periods.size());
+  s.cpu_net.assign(n, 0.0);
   if (r.ns != b.ns) {
-    for (std::size_t c = 0; c < std::min(r.cpu_periods.size(), b.cpu_periods.size()); ++c) {
+    for (std::size_t c = 0; c < n; ++c) {
       const CpuGain g = cpu_gain(r, b, c);
       s.gain += g.gain;
       var += g.var;
+      const double du = r.per_s(ipi ? r.cpu_ipi[c] : r.cpu_hits[c]) - b.per_s(ipi ? b.cpu_ipi[c] : b.cpu_hits[c]);
+      s.cpu_net[c] = g.gain + p * du - w.lambda * (r.per_s(r.cpu_poll_ns[c]) - b.per_s(b.cpu_poll_ns[c])) / 1e9;
     }
   }
   const Estimate pr = r.poll(), pb = b.poll();
@@ -78,6 +82,24 @@ Score score(const RungMeasurement& r, const RungMeasurement& b, std::optional<do
   if (w.budget_percent && r.max_poll_cpu_percent() > *w.budget_percent) s.eligible = false;
   if (w.latency_target_ns && penalty_ns && r.halt_share() * *penalty_ns > *w.latency_target_ns) s.eligible = false;
   return s;
+}
+
+std::string cpus_where(const RungMeasurement& r, const Score& s, bool gain) {
+  // A CPU's part is noise below a thousandth of a CPU-second per second.
+  constexpr double kFloor = 1e-3;
+  std::vector<int> ids;
+  for (std::size_t c = 0; c < s.cpu_net.size() && c < r.cpu_ids.size(); ++c)
+    if (gain ? s.cpu_net[c] > kFloor : s.cpu_net[c] < -kFloor) ids.push_back(r.cpu_ids[c]);
+  std::string out;
+  for (std::size_t i = 0; i < ids.size();) {
+    std::size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(ids[i]);
+    if (j > i) out += "-" + std::to_string(ids[j]);
+    i = j + 1;
+  }
+  return out;
 }
 
 double potential(const RungMeasurement& r, const RungMeasurement& b, std::optional<double> penalty_ns, double z,

@@ -33,6 +33,7 @@
 #include "tuning/rung.hpp"
 
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace haltpolld {
@@ -50,7 +51,12 @@ struct Score {
   double served = 0;  // P·(U_r − U_b), the halt exits avoided
   double cost = 0;    // the host's cost: poll CPU-s/s plus halts × P
   bool eligible = true;
+  // Per CPU (the rung's order) its own part: gain + P·(its useful wake-ups' rise) − λ·(its poll
+  // time's rise). A global cap for CPUs whose loads want different caps shows as some negative.
+  std::vector<double> cpu_net;
 };
+// "0-3,8" of the CPUs whose part of `s` is positive (gain) or negative (pay), by their numbers.
+std::string cpus_where(const RungMeasurement& r, const Score& s, bool gain);
 
 // `penalty_ns` empty: P = 0. A rung is eligible when it keeps the policy's hard limits; the latency
 // limit needs P and is left to `fewest_halts` without it.

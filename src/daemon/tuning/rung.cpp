@@ -34,10 +34,12 @@ void grow_to(V& v, std::size_t n) {
 void RungMeasurement::add(const KernelSignals& k) {
   const std::size_t n = k.cpus.size();
   for (auto* v : {&cpu_periods, &cpu_halts, &cpu_halt_ns, &cpu_hits, &cpu_ipi, &cpu_poll_ns}) grow_to(*v, n);
+  grow_to(cpu_ids, n);
   cpus = static_cast<std::uint32_t>(n);
   double busiest = 0, tp = 0, th = 0, tu_hits = 0, tpoll = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const auto& c = k.cpus[i];
+    cpu_ids[i] = c.cpu;
     const auto p = static_cast<double>(c.idle_periods());
     cpu_periods[i] += p;
     cpu_halts[i] += static_cast<double>(c.halts);
@@ -86,6 +88,7 @@ void RungMeasurement::merge(const RungMeasurement& o) {
   sum(cpu_hits, o.cpu_hits);
   sum(cpu_ipi, o.cpu_ipi);
   sum(cpu_poll_ns, o.cpu_poll_ns);
+  if (cpu_ids.size() < o.cpu_ids.size()) cpu_ids = o.cpu_ids;
   cpus = std::max(cpus, o.cpus);
   ipi_skipped = ipi_skipped && o.ipi_skipped ? std::optional<double>(*ipi_skipped + *o.ipi_skipped) : std::nullopt;
   ticks += o.ticks;

@@ -42,6 +42,8 @@ void Tuner::reset(std::uint32_t ns) {
   phase_ = Phase::steady;
   measured_.clear();
   priors_.clear();
+  gain_cpus_.clear();
+  paying_cpus_.clear();
   at_rung_.reset();
   base_periods_.reset();
   predicted_from_.reset();
@@ -253,9 +255,16 @@ Decision Tuner::choose(Decision d, std::string why) {
   phase_ = Phase::confirm;
   at_rung_.reset();
   const std::uint32_t to = measured_[pick].ns;
+  // Which CPUs drove the choice, and which pay for it: one cap serves every CPU.
+  gain_cpus_ = cpus_where(measured_[pick], sc[pick], true);
+  paying_cpus_ = cpus_where(measured_[pick], sc[pick], false);
+  std::string split;
+  if (!gain_cpus_.empty()) split += "; gain on CPUs " + gain_cpus_;
+  if (!paying_cpus_.empty()) split += "; CPUs " + paying_cpus_ + " poll there without gain (one cap for every CPU)";
   return move(std::move(d), Rule::chosen, to < current_ ? Action::shrink : Action::grow, to,
-              why + fmt::format("; {}: {} ns, the cheapest within the noise of the best ({} ns, {:.3f} ± {:.3f})",
-                                to_string(params_.policy), to, measured_[best].ns, sc[best].j.value, sc[best].j.se));
+              why + fmt::format("; {}: {} ns, the cheapest within the noise of the best ({} ns, {:.3f} ± {:.3f}){}",
+                                to_string(params_.policy), to, measured_[best].ns, sc[best].j.value, sc[best].j.se,
+                                split));
 }
 
 Decision Tuner::confirm(Decision d) {

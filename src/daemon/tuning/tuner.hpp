@@ -63,6 +63,10 @@ class Tuner {
   const std::vector<RungMeasurement>& sweep_measurements() const noexcept { return measured_; }
   // grow_start to write with cap `ns` (manage_grow_start), else empty.
   std::optional<std::uint32_t> grow_start_for(std::uint32_t ns) const noexcept;
+  // The last choice's CPUs whose part of the objective was a gain, and those that poll there
+  // without one ("0-3,8"; empty: none): a global cap serving loads with opposite needs shows here.
+  const std::string& gain_cpus() const noexcept { return gain_cpus_; }
+  const std::string& paying_cpus() const noexcept { return paying_cpus_; }
   // The objective of a measured rung against a baseline under the current penalty.
   Score score_of(const RungMeasurement& r, const RungMeasurement& base) const;
 
@@ -112,6 +116,7 @@ class Tuner {
   double periods_s_ = 0;                         // ... over this many seconds
   std::string prefix_;  // said before the reason of this tick's decision (why a sweep started)
   bool decided_ = false;  // a decision since the last reset
+  std::string gain_cpus_, paying_cpus_;
 };
 
 }  // namespace haltpolld

@@ -474,3 +474,38 @@ TEST_CASE("change_threshold: the detector fires when the CUSUM of a shift crosse
   CHECK(alarm_tick(lo * 0.999) == at6 - 1);
   CHECK(alarm_tick(hi * 1.001) == at6);
 }
+
+TEST_CASE("the choice says which CPUs drove it and which poll there without gain") {
+  // Four CPUs: 0 and 1 a closed loop that triples its wake rate from 50000 on, 2 and 3 a timer's
+  // that polls there without gain.
+  auto tick = [](std::uint32_t cap) {
+    Observation o;
+    o.current_ns = cap;
+    o.elapsed_ns = o.kernel.elapsed_ns = 1'000'000'000;
+    o.steal_percent = 0;
+    o.halt_exit_penalty_ns = 20000.0;
+    for (int cpu = 0; cpu < 4; ++cpu) {
+      CpuKernelSignals k;
+      k.cpu = cpu;
+      const bool loop = cpu < 2;
+      if (cap < 50000) {
+        k.halts = loop ? 20000 : 6600;
+        k.halt_ns = k.halts * 60000;
+      } else {
+        k.poll_entries = loop ? 60000 : 6600;
+        k.halts = k.poll_misses = loop ? 600 : 3000;
+        k.poll_hits = k.poll_entries - k.halts;
+        k.poll_ns = loop ? 380'000'000 : 330'000'000;
+        k.ipi_skipped = loop ? k.poll_hits : 0;
+      }
+      if (!k.ipi_skipped) k.ipi_skipped = 0;
+      o.kernel.cpus.push_back(k);
+    }
+    return o;
+  };
+  Tuner t;
+  for (int i = 0; i < 20 && t.gain_cpus().empty(); ++i) t.decide(tick(t.current_ns()));
+  CHECK(t.current_ns() >= 50000);
+  CHECK(t.gain_cpus() == "0-1");
+  CHECK(t.paying_cpus() == "2-3");
+}
