@@ -66,6 +66,7 @@ struct FleetSeries {
   std::vector<DecisionCount> decisions;  // every action, zeros included; empty: no tuner
   std::optional<double> last_change_unix_seconds;
   std::optional<double> steal_backoff_ratio;
+  std::optional<PollingOverrides> polling_overrides;  // the last tick's; empty: not read
 };
 
 // The kernel's idle accounting of one CPU summed over every tick since start (or ResetStats).
