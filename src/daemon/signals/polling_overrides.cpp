@@ -78,8 +78,11 @@ std::string PollingOverrides::summary() const {
                                 : fmt::format("{} {} may poll without limit (haltpolld cannot tell: {})",
                                               one ? "CPU" : "CPUs", cpu_list(g.cpus), g.why));
   }
+  // A device's error once: it is already the reason of the CPUs it leaves uncertain.
   for (const GlobalLatencyQos* q : {&cpu_dma_latency, &cpu_wakeup_latency})
-    if (!q->error.empty()) parts.push_back(q->error);
+    if (!q->error.empty() && std::none_of(groups.begin(), groups.end(),
+                                          [&](const Group& g) { return g.why.find(q->error) != std::string::npos; }))
+      parts.push_back(q->error);
   if (cpuidle && !governor_applies())
     parts.push_back(
         governor.empty()
