@@ -191,6 +191,7 @@ TEST_CASE("haltpollctl: status and metrics name a QoS request that makes the CPU
   CHECK(po["cpu_dma_latency"]["holders"][0]["pid"] == 4242);
   auto m = ctl(d, {"metrics"});
   REQUIRE(m.code == 0);
+  INFO(m.out);
   CHECK(m.out.find("\nhaltpoll_polling_override{cpu=\"0\",reason=\"cpu_dma_latency\"} 1\n") != std::string::npos);
   CHECK(m.out.find("\nhaltpoll_polling_unlimited_cpus 2\n") != std::string::npos);
   // The holder lets go: the line goes, and the series with it.

@@ -102,7 +102,7 @@ struct KernelSignals {
 
   bool available() const noexcept { return !cpus.empty() && elapsed_ns > 0; }
   // The kernel polls on `cpu` whatever the cap (a latency requirement of 0): its poll time is the
-  // QoS request's doing, not the cap's, and the tuner leaves it out of the cost of a setting.
+  // QoS request's doing, not the cap's, so it is no cost of a setting the tuner weighs.
   bool polls_without_limit(int cpu) const noexcept { return overrides && overrides->polls_without_limit(cpu); }
   double per_second(std::uint64_t n) const noexcept {
     return elapsed_ns ? static_cast<double>(n) * 1e9 / static_cast<double>(elapsed_ns) : 0.0;

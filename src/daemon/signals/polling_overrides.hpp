@@ -6,8 +6,9 @@
 // requirement of 0 haltpoll_select() returns the POLL state every time, so that CPU polls without
 // limit whatever the cap; the cap also reaches nothing while the governor is not haltpoll, and an
 // offline CPU does not idle at all. The sysfs layer reads the files (sysfs/polling_overrides.hpp);
-// a source that cannot tell (the simulated guest) leaves KernelSignals::overrides empty. The tuner
-// leaves CPUs that poll without limit out of its cost. docs/kernel-signals.md, section 5, names the
+// a source that cannot tell (the simulated guest) leaves KernelSignals::overrides empty. It reaches
+// the tuner in the Observation: the polling of a CPU that polls without limit is no cost of the
+// tuner's setting, since no setting changes it. docs/kernel-signals.md, section 5, names the
 // kernel code behind each value. A plain value: no threads, no shared state, no ordering contract
 // beyond that of a copied struct.
 #pragma once
