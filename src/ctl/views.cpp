@@ -354,6 +354,10 @@ std::string render_status(const json& s) {
                 : fmt::format("writer:   another writer set {} to {} (haltpolld had {}): {}", str(ow, "parameter"),
                               str(ow, "value"), str(ow, "expected"), str(ow, "who"))) +
            "; `haltpollctl take-over` takes it back\n";
+  const json& po = at(s, "polling_overrides");
+  if (po.is_object() && po.value("active", false))
+    // QoS requests at 0, another governor, offline CPUs: what the cap does not decide.
+    out += "override: " + str(po, "summary", "active, no summary given") + '\n';
   const json& ks = at(s, "kernel_signals");
   if (ks.is_object()) {
     // The tracepoint counts a driverless guest's periods only where the eBPF program is loaded.

@@ -76,6 +76,9 @@ struct Daemon::Impl final : ControlBackend {
   void apply(const Config& next);
   ControllerOptions controller_options(const Config& c) const;
   std::string status_line() const;
+  // Says in the journal what decides the polling besides the cap, when that changes.
+  void log_overrides();
+  std::string overrides_said_;
   void write_textfile();
   // One Controller::status() and what follows from it (control/daemon_snapshot.hpp).
   DaemonSnapshot take_snapshot() const;
@@ -171,8 +174,20 @@ void Daemon::Impl::tick() {
     }
   }
   ticked_.refresh(st ? make_snapshot(config_.mode, std::move(st), config_.sysfs_root) : take_snapshot());
+  log_overrides();
   write_textfile();
   notify::status(status_line());
+}
+
+void Daemon::Impl::log_overrides() {
+  const auto& c = ticked_.snapshot().controller;
+  std::string said;
+  if (c && c->last_observation && c->last_observation->kernel.overrides)
+    said = c->last_observation->kernel.overrides->summary();
+  if (said == overrides_said_) return;
+  if (!said.empty()) spdlog::warn("polling overrides: {}", said);
+  else spdlog::info("polling overrides gone: the cap decides the polling of every CPU again");
+  overrides_said_ = std::move(said);
 }
 
 void Daemon::Impl::write_textfile() {

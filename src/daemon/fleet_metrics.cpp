@@ -31,8 +31,10 @@ void FleetMetrics::refresh(const DaemonSnapshot& snapshot) {
   const Observation* obs = st && st->last_observation ? &*st->last_observation : nullptr;
   series_.cpuidle.clear();
   series_.steal_seconds.reset();
+  series_.polling_overrides.reset();
   if (obs) {
     series_.cpuidle = obs->cpuidle_totals;
+    series_.polling_overrides = obs->kernel.overrides;
     const long hz = ::sysconf(_SC_CLK_TCK);
     if (obs->steal_ticks_total && hz > 0) series_.steal_seconds = static_cast<double>(*obs->steal_ticks_total) / static_cast<double>(hz);
   }

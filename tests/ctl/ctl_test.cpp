@@ -204,6 +204,60 @@ TEST_CASE("haltpollctl: top and stats --kernel on a guest whose kernel does not 
   CHECK(d.stop() == 0);
 }
 
+TEST_CASE("haltpollctl: status and metrics name a QoS request that makes the CPUs poll without limit") {
+  Daemon d(json{{"tuner", {{"interval_ms", 100}}}});
+  for (int cpu : {0, 1}) put_cpuidle(d, cpu, {});
+  put(d.sysfs + "/sys/devices/system/cpu/online", "0-1");
+  put(d.sysfs + "/sys/devices/system/cpu/cpuidle/current_governor", "haltpoll");
+  put(d.sysfs + "/proc/4242/comm", "cyclictest");
+  std::filesystem::create_directories(d.sysfs + "/proc/4242/fd");
+  std::filesystem::create_symlink("/dev/cpu_dma_latency", d.sysfs + "/proc/4242/fd/3");
+  auto set_qos = [&](std::int32_t us) {
+    std::filesystem::create_directories(d.sysfs + "/dev");
+    { std::ofstream(d.sysfs + "/dev/cpu_dma_latency.tmp", std::ios::binary) << testsupport::FakeSysfs::s32_bytes(us); }
+    std::filesystem::rename(d.sysfs + "/dev/cpu_dma_latency.tmp", d.sysfs + "/dev/cpu_dma_latency");
+  };
+  auto status_until = [&](auto done) {
+    std::string out;
+    for (auto deadline = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < deadline;) {
+      auto r = ctl(d, {"status"});
+      REQUIRE(r.code == 0);
+      out = r.out;
+      if (done(out)) break;
+      std::this_thread::sleep_for(50ms);
+    }
+    return out;
+  };
+  const std::string line =
+      "override: CPUs 0-1 poll without limit whatever the cap (cpu_dma_latency is 0, held by process 4242 "
+      "(cyclictest))\n";
+  set_qos(0);
+  std::string out = status_until([&](const std::string& o) { return o.find(line) != std::string::npos; });
+  INFO(out);
+  CHECK(out.find(line) != std::string::npos);
+  auto sj = ctl(d, {"status", "--json"});
+  REQUIRE(sj.code == 0);
+  const json po = json::parse(sj.out)["polling_overrides"];
+  CHECK(po["unlimited_cpus"] == json::array({0, 1}));
+  CHECK(po["cpu_dma_latency"]["holders"][0]["pid"] == 4242);
+  auto m = ctl(d, {"metrics"});
+  REQUIRE(m.code == 0);
+  INFO(m.out);
+  CHECK(m.out.find("\nhaltpoll_polling_override{cpu=\"0\",reason=\"cpu_dma_latency\"} 1\n") != std::string::npos);
+  CHECK(m.out.find("\nhaltpoll_polling_unlimited_cpus 2\n") != std::string::npos);
+  // The holder lets go: the line goes, and the series with it.
+  set_qos(testsupport::FakeSysfs::kNoLatencyConstraint);
+  out = status_until([&](const std::string& o) { return o.find("override:") == std::string::npos; });
+  CHECK(out.find("override:") == std::string::npos);
+  m = ctl(d, {"metrics"});
+  CHECK(m.out.find("haltpoll_polling_override{") == std::string::npos);
+  CHECK(m.out.find("\nhaltpoll_polling_unlimited_cpus 0\n") != std::string::npos);
+  CHECK(d.stop() == 0);
+  // The journal (stderr here) said both.
+  CHECK(d.proc->err().find("polling overrides: CPUs 0-1 poll without limit") != std::string::npos);
+  CHECK(d.proc->err().find("polling overrides gone") != std::string::npos);
+}
+
 TEST_CASE("haltpollctl: the kernel's view (stats --kernel, top, histogram --kernel) from advancing cpuidle counters") {
   // The test writes one tick's counters between two ticks and reads that tick back with several
   // haltpollctl runs before the next one: 3 s leaves room for slow runs (a sanitizer build on a

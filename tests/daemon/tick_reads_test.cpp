@@ -164,11 +164,18 @@ struct TreeDaemon {
   }
 
   // The files of the tree a tick needs every time on this kind of guest: the parameters (the
-  // snapshot's), each CPU's cpuidle states (the Observation's) and /proc/stat.
+  // snapshot's), each CPU's cpuidle states (the Observation's), /proc/stat, and what decides the
+  // polling besides the cap (the Observation's overrides): the QoS device, the present list, each
+  // CPU's resume latency request and the governor.
   std::vector<std::string> read_every_tick(GuestKind kind) const {
     std::vector<std::string> files;
     for (const char* p : kParams) files.push_back(param_file(p));
     files.push_back("proc/stat");
+    files.push_back("dev/cpu_dma_latency");
+    files.push_back("sys/devices/system/cpu/present");
+    files.push_back("sys/devices/system/cpu/cpuidle/current_governor");
+    for (int cpu = 0; cpu < 2; ++cpu)
+      files.push_back("sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/power/pm_qos_resume_latency_us");
     if (kind == GuestKind::haltpoll_driver)
       for (int cpu = 0; cpu < 2; ++cpu)
         for (int k = 0; k < 2; ++k)
@@ -180,8 +187,9 @@ struct TreeDaemon {
 
 const unsigned kTicks = 8;
 
-// `kernel_mode`: the governor is read once per tick too (the look for another writer covers it).
-void check_once_per_tick(const Opens& o, const std::vector<std::string>& every_tick, bool kernel_mode = false) {
+// The governor is read once per tick in both modes: in kernel mode the look for another writer
+// and the overrides share one read (the held reads of sysfs_edges()).
+void check_once_per_tick(const Opens& o, const std::vector<std::string>& every_tick) {
   INFO(o.dump());
   REQUIRE(o.ticks == kTicks);
   for (const auto& [file, n] : o.opened) {
@@ -193,9 +201,11 @@ void check_once_per_tick(const Opens& o, const std::vector<std::string>& every_t
     CHECK(o.of(f) >= kTicks);
   }
   // The cpuidle driver is read at the start and on a config change, not per tick; the governor
-  // too, outside kernel mode.
+  // exactly once per tick (in the list above, and at most once by the loop before it).
   CHECK(o.of("sys/devices/system/cpu/cpuidle/current_driver") == 0);
-  CHECK(o.of("sys/devices/system/cpu/cpuidle/current_governor") == (kernel_mode ? kTicks : 0));
+  CHECK(o.of("sys/devices/system/cpu/cpuidle/current_governor") == kTicks);
+  // No holder is looked for while the QoS device is not 0: no process's comm is read.
+  for (const auto& [file, n] : o.opened) CHECK((file.rfind("proc/", 0) != 0 || file == "proc/stat"));
 }
 
 }  // namespace
@@ -222,10 +232,34 @@ TEST_CASE("tick: each kernel file is opened at most once per tick, with no clien
     const Opens o = c.over_ticks(kTicks);
     // One read of each parameter serves the look for another writer, the value in force and the
     // snapshot (Controller::tick_status).
-    check_once_per_tick(o, d.read_every_tick(GuestKind::haltpoll_driver), true);
+    check_once_per_tick(o, d.read_every_tick(GuestKind::haltpoll_driver));
     INFO(o.dump());
     CHECK(o.written.empty());  // the cap in force: nothing written again
   }
+}
+
+TEST_CASE("tick: with the QoS at 0, its holders are looked for when it turns 0, not every tick") {
+  TreeDaemon d(GuestKind::haltpoll_driver,
+               {{"mode", "observe"}, {"tuner", {{"interval_ms", 100}, {"sweep_interval_ms", 100}}}});
+  d.tree.add_holder(4242, "cyclictest", "/dev/cpu_dma_latency");
+  d.tree.set_cpu_dma_latency(0);
+  RawClient client(d.socket);
+  REQUIRE(client.connected());
+  // Until a tick has seen the 0 and named the holder.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  json po;
+  while (std::chrono::steady_clock::now() < deadline) {
+    po = client.call("io.haltpolld.GetStatus")["parameters"]["polling_overrides"];
+    if (po.is_object() && po["cpu_dma_latency"]["holders"].size() == 1) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  INFO(po.dump());
+  REQUIRE(po["cpu_dma_latency"]["holders"].size() == 1);
+  OpenCounter c(d.tree.root(), d.dir + "/metrics", "haltpolld.prom");
+  const Opens o = c.over_ticks(kTicks);
+  INFO(o.dump());
+  check_once_per_tick(o, d.read_every_tick(GuestKind::haltpoll_driver));
+  CHECK(o.of("proc/4242/comm") == 0);  // the walk is repeated every 30 s, or when the value changes
 }
 
 TEST_CASE("tick: GetStats reads no kernel file, GetStatus only the parameters") {

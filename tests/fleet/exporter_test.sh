@@ -9,7 +9,7 @@ set -euo pipefail
 . "$(dirname "$0")/fleet_lib.sh"
 fleet_setup
 
-start_guest g1 --profile wasteful --cpus 2 --step 0.2
+start_guest g1 --profile wasteful --cpus 2 --step 0.2 --cpu-dma-latency 0 --qos-holder 4242:cyclictest
 prom="$FLEET_TMP/g1/textfile/haltpolld.prom"
 mode="$(stat -c %a "$prom")"
 [ "$mode" = 644 ] || fail "textfile mode is $mode, want 644"
@@ -47,6 +47,11 @@ expect '^haltpoll_tuner_info\{policy="static"\} 1$'
 for a in hold grow shrink set revert; do expect "^haltpoll_tuner_decisions_total\{action=\"$a\"\} $num$"; done
 expect '^haltpoll_kernel_guest_halt_poll_seconds 0\.0002$'
 expect "^haltpoll_steal_seconds_total $num$"
+# A process holds the fake tree's /dev/cpu_dma_latency at 0: both CPUs poll without limit.
+for cpu in 0 1; do expect "^haltpoll_polling_override\{cpu=\"$cpu\",reason=\"cpu_dma_latency\"\} 1$"; done
+expect '^haltpoll_polling_unlimited_cpus 2$'
+expect '^haltpoll_cpuidle_governor_info\{governor="haltpoll"\} 1$'
+grep -q '^# TYPE haltpoll_polling_override gauge$' "$scrape1" || fail "polling_override not a gauge"
 expect '^haltpoll_tuner_steal_backoff_ratio 0\.1$'
 
 # The exposition as the exporter serves it lints clean.

@@ -3,7 +3,9 @@
 
 The daemon under test reads the tree as it reads the real one (config key "sysfs_root"); this
 script only plays the kernel's part: it creates the files the daemon reads (haltpoll module
-parameters, cpuidle driver and governor, per-CPU states POLL and haltpoll, /proc/stat) and then,
+parameters, cpuidle driver and governor, per-CPU states POLL and haltpoll, /proc/stat, the present
+and online CPU lists, each CPU's pm_qos_resume_latency_us, dev/cpu_dma_latency with the kernel's
+s32 and, with --qos-holder, a process in proc/ holding it open) and then,
 every --step seconds until killed or --seconds have passed, adds the per-second rates of a
 profile to the counters. Each file is replaced by rename, so that a reader never sees half a number.
 
@@ -15,13 +17,18 @@ tree holds (a daemon in kernel mode writes it), interpolated between the caps me
 guest: it stops polling at or below 50000 ns and polls through its periods from 200000 ns on.
 
 Usage: fake_guest.py ROOT [--profile P] [--cpus N] [--governor G] [--steal-ratio R]
+                          [--cpu-dma-latency US] [--qos-holder PID:COMM] [--resume-latency CPU=TEXT]
                           [--step S] [--seconds T] [--init-only]
 """
 import argparse
 import os
 import signal
+import struct
 import sys
 import time
+
+# What /dev/cpu_dma_latency reads when nothing is requested (PM_QOS_CPU_LATENCY_DEFAULT_VALUE, µs).
+NO_LATENCY_CONSTRAINT = 2000000000
 
 # Per CPU per second: POLL entries, POLL time (us), halts, halt time (us).
 PROFILES = {
@@ -56,6 +63,15 @@ def write(root, rel, text):
     os.rename(tmp, path)
 
 
+def write_bytes(root, rel, data):
+    path = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.rename(tmp, path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("root")
@@ -67,6 +83,11 @@ def main():
     ap.add_argument("--step", type=float, default=0.25)
     ap.add_argument("--seconds", type=float, default=0, help="0: until SIGTERM")
     ap.add_argument("--init-only", action="store_true")
+    ap.add_argument("--cpu-dma-latency", type=int, default=NO_LATENCY_CONSTRAINT,
+                    help="the aggregate /dev/cpu_dma_latency reads, in us")
+    ap.add_argument("--qos-holder", default="", help="PID:COMM of a process holding /dev/cpu_dma_latency open")
+    ap.add_argument("--resume-latency", action="append", default=[],
+                    help="CPU=TEXT: that CPU's pm_qos_resume_latency_us (n/a, 0 or us); others read 0")
     a = ap.parse_args()
     if not (0 <= a.steal_ratio < 1) or a.cpus < 1 or a.step <= 0:
         sys.exit("fake_guest.py: --steal-ratio must be in [0,1), --cpus >= 1, --step > 0")
@@ -79,10 +100,23 @@ def main():
             write(root, "sys/module/haltpoll/parameters/" + name, v)
     write(root, "sys/devices/system/cpu/cpuidle/current_driver", "haltpoll")
     write(root, "sys/devices/system/cpu/cpuidle/current_governor", a.governor)
-    write(root, "sys/devices/system/cpu/online", "0" if a.cpus == 1 else "0-%d" % (a.cpus - 1))
+    cpu_list = "0" if a.cpus == 1 else "0-%d" % (a.cpus - 1)
+    write(root, "sys/devices/system/cpu/online", cpu_list)
+    write(root, "sys/devices/system/cpu/present", cpu_list)
+    resume = dict(r.split("=", 1) for r in a.resume_latency)
     for c in range(a.cpus):
         for k, name in enumerate(("POLL", "haltpoll")):
             write(root, "sys/devices/system/cpu/cpu%d/cpuidle/state%d/name" % (c, k), name)
+        write(root, "sys/devices/system/cpu/cpu%d/power/pm_qos_resume_latency_us" % c, resume.get(str(c), "0"))
+    # The kernel copies its s32 out in the CPU's byte order (little-endian on x86-64 and arm64).
+    write_bytes(root, "dev/cpu_dma_latency", struct.pack("=i", a.cpu_dma_latency))
+    if a.qos_holder:
+        pid, comm = a.qos_holder.split(":", 1)
+        write(root, "proc/%s/comm" % pid, comm)
+        link = os.path.join(root, "proc", pid, "fd", "3")
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        if not os.path.lexists(link):
+            os.symlink("/dev/cpu_dma_latency", link)
 
     counters = [[0, 0, 0, 0] for _ in range(a.cpus)]
     stat = {"user": 0, "idle": 0, "steal": 0}

@@ -123,6 +123,74 @@ TEST_CASE("fleet series: no cpuidle states, no per-CPU kernel series (not zeros)
   CHECK(rc == 0);
 }
 
+TEST_CASE("fleet series: a QoS request at 0 per CPU and reason, the counts, governor and offline CPUs, past promtool") {
+  TempDir dir;
+  auto render_tick = [&](const FakeSysfs& fs, std::vector<int> cpus) {
+    Controller c(options(false, 0), sysfs_edges(fs.root(), dir.path(), std::move(cpus)), std::unique_ptr<PoolAccess>{});
+    c.start();
+    c.tick();
+    FleetMetrics f;
+    f.refresh(snapshot_of(c));
+    REQUIRE(f.series().polling_overrides);
+    const std::string t = render(f);
+    auto [rc, out] = promtool_check_metrics(t);
+    INFO(t);
+    INFO(out);
+    CHECK(rc == 0);
+    CHECK(out.empty());
+    c.stop();
+    return t;
+  };
+  SECTION("cpu_dma_latency held at 0, and CPU 1's own request of 0") {
+    FakeSysfs fs;
+    fs.set_cpu_dma_latency(0);
+    fs.add_holder(4242, "cyclictest", "/dev/cpu_dma_latency");
+    fs.set_resume_latency(1, "n/a");
+    const std::string t = render_tick(fs, {0, 1});
+    CHECK(has_line(t, "# TYPE haltpoll_polling_override gauge"));
+    CHECK(has_line(t, "haltpoll_polling_override{cpu=\"0\",reason=\"cpu_dma_latency\"} 1"));
+    CHECK(has_line(t, "haltpoll_polling_override{cpu=\"1\",reason=\"cpu_dma_latency\"} 1"));
+    CHECK(has_line(t, "haltpoll_polling_override{cpu=\"1\",reason=\"pm_qos_resume_latency_us\"} 1"));
+    CHECK(t.find("haltpoll_polling_override{cpu=\"0\",reason=\"pm_qos_resume_latency_us\"}") == std::string::npos);
+    CHECK(has_line(t, "haltpoll_polling_unlimited_cpus 2"));
+    CHECK(has_line(t, "haltpoll_polling_unknown_cpus 0"));
+    CHECK(has_line(t, "haltpoll_cpus_offline 0"));
+    CHECK(has_line(t, "haltpoll_cpuidle_governor_info{governor=\"haltpoll\"} 1"));
+  }
+  SECTION("cpu_dma_latency at 20 µs: the counts at 0 and no per-CPU series") {
+    FakeSysfs fs;
+    fs.set_cpu_dma_latency(20);
+    const std::string t = render_tick(fs, {0, 1});
+    CHECK(t.find("haltpoll_polling_override{") == std::string::npos);
+    CHECK(t.find("# TYPE haltpoll_polling_override gauge") == std::string::npos);
+    CHECK(has_line(t, "haltpoll_polling_unlimited_cpus 0"));
+  }
+  SECTION("malformed: the CPUs are counted as unknown, not as polling") {
+    FakeSysfs fs;
+    fs.write_bytes("dev/cpu_dma_latency", "0\n");  // text, not the kernel's s32
+    fs.set_resume_latency(0, "-1");
+    const std::string t = render_tick(fs, {0, 1});
+    CHECK(has_line(t, "haltpoll_polling_unlimited_cpus 0"));
+    CHECK(has_line(t, "haltpoll_polling_unknown_cpus 2"));
+  }
+  SECTION("the menu governor and an offline CPU") {
+    FakeSysfs fs(FakeSysfs::Options{.governor = "menu", .cpus = 4});
+    fs.write("sys/devices/system/cpu/online", "0,2-3");
+    const std::string t = render_tick(fs, {});
+    CHECK(has_line(t, "haltpoll_cpuidle_governor_info{governor=\"menu\"} 1"));
+    CHECK(has_line(t, "haltpoll_cpus_offline 1"));
+  }
+}
+
+TEST_CASE("fleet series: no overrides from a source that does not read them") {
+  FleetMetrics f;
+  ControllerStatus st;
+  st.last_observation = Observation{};
+  f.refresh(make_snapshot(Mode::observe, st, "/nonexistent-root"));
+  CHECK_FALSE(f.series().polling_overrides);
+  CHECK(render(f).find("haltpoll_polling_") == std::string::npos);
+}
+
 TEST_CASE("fleet series: mode and reason") {
   TempDir dir;
   SECTION("kernel mode active: reason empty") {

@@ -7,8 +7,8 @@
 #   - "waste" (a 150 us timer at a static 200000 ns) fires HaltpollPollingDoesNotPay, and "pays"
 #     (a pipe ping-pong at the same value) never even has it pending;
 #   - "menu" (kernel mode asked for under the menu governor, a broken state file left behind, 30 %
-#     steal) fires HaltpollKernelModeInactive with the reason, HaltpollParametersNotRestored and
-#     HaltpollStealAboveBackoff;
+#     steal, a process holding /dev/cpu_dma_latency at 0) fires HaltpollKernelModeInactive with the
+#     reason, HaltpollParametersNotRestored, HaltpollStealAboveBackoff and HaltpollQosForcesPolling;
 #   - every query of contrib/grafana/haltpolld.json returns data (check_dashboard.py --prometheus).
 set -euo pipefail
 . "$(dirname "$0")/fleet_lib.sh"
@@ -19,7 +19,8 @@ start_guest waste --profile wasteful --cpus 2 --step 0.2
 start_guest pays --profile paying --cpus 2 --step 0.2
 mkdir -p "$FLEET_TMP/menu/state"
 echo '{not json' >"$FLEET_TMP/menu/state/haltpoll-params.json"
-start_guest menu --profile idle --cpus 2 --governor menu --steal-ratio 0.3 --step 0.2
+start_guest menu --profile idle --cpus 2 --governor menu --steal-ratio 0.3 --cpu-dma-latency 0 \
+  --qos-holder 4242:cyclictest --step 0.2
 
 declare -A port
 for g in waste pays menu; do
@@ -73,6 +74,8 @@ echo "HaltpollPollingDoesNotPay firing for waste after $((SECONDS - t0)) s"
 wait_until 20 firing 'alertname="HaltpollKernelModeInactive",guest="menu"' || fail "HaltpollKernelModeInactive did not fire for menu"
 wait_until 10 firing 'alertname="HaltpollParametersNotRestored",guest="menu"' || fail "HaltpollParametersNotRestored did not fire for menu"
 wait_until 20 firing 'alertname="HaltpollStealAboveBackoff",guest="menu"' || fail "HaltpollStealAboveBackoff did not fire for menu"
+wait_until 20 firing 'alertname="HaltpollQosForcesPolling",guest="menu",reason="cpu_dma_latency"' ||
+  fail "HaltpollQosForcesPolling did not fire for menu: $(prom_query 'haltpoll_polling_override')"
 
 # The reason travels as a label from the daemon to the alert.
 reason="$(prom_query 'ALERTS{alertname="HaltpollKernelModeInactive",guest="menu"}' |

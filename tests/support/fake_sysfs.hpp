@@ -1,6 +1,8 @@
 // FakeSysfs: a throw-away sysfs/procfs tree in a temporary directory, shaped like the parts of
 // the real one that haltpolld reads and writes (haltpoll module parameters, the cpuidle driver
-// and governor, per-CPU cpuidle states, /proc/stat). Removed on destruction.
+// and governor, per-CPU cpuidle states, /proc/stat, the present and online CPU lists, each CPU's
+// pm_qos_resume_latency_us, the QoS device dev/cpu_dma_latency as a regular file holding the
+// kernel's s32 and, for holders of it, proc/PID/{comm,fd}). Removed on destruction.
 #pragma once
 
 #include <sys/stat.h>
@@ -8,6 +10,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -23,7 +26,13 @@ class FakeSysfs {
     std::string governor = "haltpoll";
     int cpus = 2;
     bool cpuidle_states = true;  // stateK directories per CPU
+    // dev/cpu_dma_latency at the kernel's no-constraint default, each CPU's resume latency "0" (no
+    // constraint) and the present list, as on a real guest.
+    bool qos_files = true;
   };
+
+  // The aggregate /dev/cpu_dma_latency reads when nothing is requested (PM_QOS_CPU_LATENCY_DEFAULT_VALUE).
+  static constexpr std::int32_t kNoLatencyConstraint = 2000000000;
 
   FakeSysfs() : FakeSysfs(Options{}) {}
   explicit FakeSysfs(Options o) {
@@ -50,6 +59,11 @@ class FakeSysfs {
       set_state(c, 1, "haltpoll", 0, 0);
     }
     set_proc_stat(0, 0);
+    if (o.qos_files) {
+      write("sys/devices/system/cpu/present", o.cpus == 1 ? "0" : "0-" + std::to_string(o.cpus - 1));
+      set_cpu_dma_latency(kNoLatencyConstraint);
+      for (int c = 0; c < o.cpus; ++c) set_resume_latency(c, "0");
+    }
   }
   ~FakeSysfs() {
     std::error_code ec;
@@ -91,6 +105,32 @@ class FakeSysfs {
   }
   // /proc/stat verbatim, for the per-CPU `cpuN` lines.
   void set_proc_stat_text(const std::string& text) const { write("proc/stat", text); }
+  // A file holding exactly `bytes` (no newline): a QoS device's content.
+  void write_bytes(const std::string& rel, const std::string& bytes) const {
+    const std::filesystem::path p = root_ + "/" + rel;
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << bytes;
+  }
+  // The QoS devices as the kernel reads them out: an s32 in the CPU's byte order (little-endian on
+  // x86-64 and arm64).
+  static std::string s32_bytes(std::int32_t v) {
+    std::string b(sizeof v, '\0');
+    std::memcpy(b.data(), &v, sizeof v);
+    return b;
+  }
+  void set_cpu_dma_latency(std::int32_t us) const { write_bytes("dev/cpu_dma_latency", s32_bytes(us)); }
+  void set_cpu_wakeup_latency(std::int32_t us) const { write_bytes("dev/cpu_wakeup_latency", s32_bytes(us)); }
+  // CPU c's power/pm_qos_resume_latency_us as the kernel shows it: "n/a", "0" or a number of µs.
+  void set_resume_latency(int c, const std::string& text) const {
+    write("sys/devices/system/cpu/cpu" + std::to_string(c) + "/power/pm_qos_resume_latency_us", text);
+  }
+  // A process `pid` named `comm` with descriptor 3 open on `target` (a path as /proc shows it).
+  void add_holder(int pid, const std::string& comm, const std::string& target) const {
+    const std::string d = "proc/" + std::to_string(pid);
+    write(d + "/comm", comm);
+    std::filesystem::create_directories(root_ + "/" + d + "/fd");
+    std::filesystem::create_symlink(target, root_ + "/" + d + "/fd/3");
+  }
   // Makes the parameter directory read-only to this process's writes (as EROFS/EACCES would).
   void make_params_unwritable() const {
     for (const auto& e : std::filesystem::directory_iterator(params_dir()))

@@ -74,7 +74,7 @@ class Subprocess {
       if (out_.find(needle) != std::string::npos || err_.find(needle) != std::string::npos) return true;
       pump(std::chrono::milliseconds(20));
       if (exited_ || reap(false)) {
-        pump(std::chrono::milliseconds(0));
+        drain();
         return out_.find(needle) != std::string::npos || err_.find(needle) != std::string::npos;
       }
     }
@@ -89,7 +89,7 @@ class Subprocess {
       if (reap(false)) break;
       if (std::chrono::steady_clock::now() > deadline) return -1;
     }
-    pump(std::chrono::milliseconds(0));
+    drain();
     return status_;
   }
 
@@ -107,16 +107,25 @@ class Subprocess {
     }
     return false;
   }
-  void pump(std::chrono::milliseconds d) {
+  // One read of each pipe that has data, waiting up to `d`; true when something was read.
+  bool pump(std::chrono::milliseconds d) {
     pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
-    if (::poll(fds, 2, static_cast<int>(d.count())) <= 0) return;
+    if (::poll(fds, 2, static_cast<int>(d.count())) <= 0) return false;
     char buf[4096];
+    bool got = false;
     for (int i = 0; i < 2; ++i) {
       if (fds[i].revents & (POLLIN | POLLHUP)) {
         ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
         if (n > 0) (i == 0 ? out_ : err_).append(buf, static_cast<size_t>(n));
+        got |= n > 0;
       }
     }
+    return got;
+  }
+  // After the exit: everything the child wrote, not only one pipe buffer's read of it (a reply of
+  // more than 4 KiB written just before exiting would be cut otherwise).
+  void drain() {
+    while (pump(std::chrono::milliseconds(0))) {}
   }
 
   pid_t pid_ = -1;

@@ -5,7 +5,7 @@
 # Checks that the hardened unit lets the daemon do its job: start with a STATUS=, the watchdog,
 # reload, kill -9 -> restore and restart, SIGSTOP -> the watchdog's abort, restore and restart,
 # stop -> restore, kill -9 then stop -> restore (the stop path
-# alone), the admin group's socket, a textfile
+# alone), the QoS device in the unit's private /dev, the admin group's socket, a textfile
 # another user can read, the eBPF signals present where the kernel has BTF and the power
 # tracepoints (else a reason in status), and a warning at journal priority.
 # The haltpoll parameters are a fake tree on a tmpfs mounted over /sys/module and the cpuidle
@@ -151,6 +151,14 @@ if [ "${HALTPOLL_REAL_SYSFS:-}" = 1 ]; then
   restore_real() { for kv in $originals; do echo "${kv#*=}" > "$params/${kv%%=*}" || true; done; }
 fi
 
+# The QoS devices the unit binds into its private /dev are fakes in the namespace (stage 2 mounts
+# them over the host's nodes): opening the real /dev/cpu_dma_latency adds a request at the
+# no-constraint default, which lowers the aggregate if every request in force is above it
+# (docs/kernel-signals.md, section 5). The fake holds 777 µs, which status must show under the unit.
+for q in cpu_dma_latency cpu_wakeup_latency; do
+  python3 -c 'import struct, sys; sys.stdout.buffer.write(struct.pack("=i", 777))' >"$work/qos-$q"
+done
+
 # --- boot: stage 2 runs as PID 1 of the new namespaces, mounts the tree and becomes systemd ---
 cat > "$work/stage2.sh" <<STAGE2
 #!/bin/sh
@@ -165,6 +173,9 @@ else
   mount -t sysfs sysfs "$root/sys"
 fi
 mount --rbind /dev "$root/dev"
+for q in cpu_dma_latency cpu_wakeup_latency; do
+  if [ -e "$root/dev/\$q" ]; then mount --bind "$work/qos-\$q" "$root/dev/\$q"; fi
+done
 mount -t tmpfs -o mode=0755 tmpfs "$root/run"
 mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
 if [ -n "$deb_dir" ] && [ "${HALTPOLL_REAL_SYSFS:-}" != 1 ]; then
@@ -244,6 +255,22 @@ status_text="$(show StatusText)"
 ok "started: StatusText='$status_text'"
 wait_for 10 tuned || fail "the static tuner did not write 12345 (kernel mode): $(ns haltpollctl status 2>&1 | head -20)"
 ok "kernel mode wrote guest_halt_poll_ns=12345 through ReadWritePaths="
+
+# the QoS device reaches the daemon through the unit's private /dev (BindReadOnlyPaths=)
+qos_value() {
+  ns haltpollctl status --json | python3 -c '
+import json, sys
+q = json.load(sys.stdin)["polling_overrides"]
+d = q["cpu_dma_latency"] if q else None
+print("no tick yet" if d is None else d["value_us"] if d["value_us"] is not None else "unread: %s" % d["error"])'
+}
+qos_read() { [ "$(qos_value)" = 777 ]; }
+if [ -e /dev/cpu_dma_latency ]; then
+  wait_for 10 qos_read || fail "under the unit /dev/cpu_dma_latency reads $(qos_value), not the fake's 777"
+  ok "QoS: the unit's private /dev has /dev/cpu_dma_latency (the fake's 777 µs read)"
+else
+  ok "QoS: this kernel has no /dev/cpu_dma_latency; status says: $(qos_value)"
+fi
 
 # the watchdog keeps it alive past 3 x WatchdogSec (2 s here)
 main_pid="$(show MainPID)"

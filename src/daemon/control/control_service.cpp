@@ -127,18 +127,19 @@ void register_control_interface(varlink::Registry& registry, ControlBackend& bac
   auto name = [](const char* m) { return std::string(kInterface) + "." + m; };
   ControlBackend* b = &backend;
 
-  registry.add(Method{.name = name("GetStatus"),
-                      .signature =
-                      "# Version, effective mode and why, wait backend, CPUs, uptime, kernel haltpoll state, which\n"
-                      "# kernel signals there are (and why not), tuner.\n"
-                      "method GetStatus() -> (version: string, mode: string, mode_reason: string, backend: string,\n"
-                      "  cpus: []int, uptime_seconds: float, kernel: KernelParams, kernel_signals: object,\n"
-                      "  controller: ?object, other_writer: ?OtherWriter)",
-                      .handler = [b](const Call& c, const Peer&) {
-                        Reply err;
-                        if (!only_known(c.parameters, {}, err)) return err;
-                        return ok(b->status());
-                      }});
+  registry.add(Method{
+      .name = name("GetStatus"),
+      .signature = "# Version, effective mode and why, wait backend, CPUs, uptime, kernel haltpoll state, which\n"
+                   "# kernel signals there are (and why not), tuner, and what decides the polling besides the\n"
+                   "# cap (QoS requests at 0, the governor, offline CPUs: polling_overrides).\n"
+                   "method GetStatus() -> (version: string, mode: string, mode_reason: string, backend: string,\n"
+                   "  cpus: []int, uptime_seconds: float, kernel: KernelParams, kernel_signals: object,\n"
+                   "  controller: ?object, other_writer: ?OtherWriter, polling_overrides: ?object)",
+      .handler = [b](const Call& c, const Peer&) {
+        Reply err;
+        if (!only_known(c.parameters, {}, err)) return err;
+        return ok(b->status());
+      }});
   registry.add(Method{.name = name("GetStats"),
                       .signature =
                       "# Per-CPU worker counters and wake-latency percentiles (buckets with histogram: true), and\n"

@@ -167,4 +167,62 @@ json other_writer_to_json(const std::optional<OtherWriter>& w) {
           {"since_unix_ms", w->since_unix_ms}};
 }
 
+namespace {
+
+json qos_to_json(const GlobalLatencyQos& q) {
+  json holders = json::array();
+  for (const auto& h : q.holders) holders.push_back({{"pid", h.pid}, {"comm", h.comm}});
+  return {{"device", q.device},          {"present", q.present},
+          {"value_us", opt(q.value_us)}, {"error", text_or_null(q.error)},
+          {"holders", holders},          {"holders_note", text_or_null(q.holders_note)}};
+}
+
+const char* to_string(CpuResumeLatency::State s) {
+  switch (s) {
+    case CpuResumeLatency::State::absent: return "absent";
+    case CpuResumeLatency::State::no_constraint: return "no_constraint";
+    case CpuResumeLatency::State::limit: return "limit";
+    case CpuResumeLatency::State::zero: return "zero";
+    case CpuResumeLatency::State::unreadable: return "unreadable";
+  }
+  return "?";
+}
+
+}  // namespace
+
+json polling_overrides_to_json(const std::optional<PollingOverrides>& o) {
+  if (!o) return nullptr;
+  json cpus = json::array();
+  for (const auto& c : o->cpus) {
+    json reasons = json::array();
+    for (const auto& r : c.reasons) reasons.push_back({{"source", to_string(r.source)}, {"text", r.text}});
+    cpus.push_back({{"cpu", c.cpu},
+                    {"polls_without_limit", c.polls_without_limit},
+                    {"unknown", c.unknown},
+                    {"reasons", reasons},
+                    {"unknown_reason", text_or_null(c.unknown_reason)}});
+  }
+  json resume = json::array();
+  for (const auto& r : o->resume)
+    resume.push_back({{"cpu", r.cpu},
+                      {"state", to_string(r.state)},
+                      {"limit_us", r.state == CpuResumeLatency::State::limit ? json(r.limit_us) : json(nullptr)},
+                      {"text", text_or_null(r.text)},
+                      {"error", text_or_null(r.error)}});
+  const std::string summary = o->summary();
+  return {{"active", o->any()},
+          {"summary", text_or_null(summary)},
+          {"unlimited_cpus", o->unlimited_cpus()},
+          {"cpus", cpus},
+          {"cpu_dma_latency", qos_to_json(o->cpu_dma_latency)},
+          {"cpu_wakeup_latency", qos_to_json(o->cpu_wakeup_latency)},
+          {"resume_latency", resume},
+          {"cpuidle", o->cpuidle},
+          {"governor", text_or_null(o->governor)},
+          {"governor_error", text_or_null(o->governor_error)},
+          {"governor_applies", o->governor_applies()},
+          {"offline_cpus", o->offline_cpus},
+          {"offline_error", text_or_null(o->offline_error)}};
+}
+
 }  // namespace haltpolld

@@ -52,6 +52,12 @@ json daemon_status_json(const Config& config, const DaemonSnapshot& snapshot, co
   s["pool"] = pool_json;
   s["controller"] = snapshot.controller ? status_to_json(*snapshot.controller) : json(nullptr);
   s["other_writer"] = snapshot.controller ? other_writer_to_json(snapshot.controller->other_writer) : json(nullptr);
+  {
+    // What decides the polling besides the cap, as the last tick read it.
+    const auto& c = snapshot.controller;
+    s["polling_overrides"] =
+        polling_overrides_to_json(c && c->last_observation ? c->last_observation->kernel.overrides : std::nullopt);
+  }
   const ControlServerCounters c = facts.control.value_or(ControlServerCounters{});
   s["control"] = {{"socket", config.socket.path},
                   {"connections", c.connections_open},
@@ -66,6 +72,12 @@ json daemon_status_json(const Config& config, const DaemonSnapshot& snapshot, co
 std::string daemon_status_line(const DaemonSnapshot& snapshot, std::size_t cpus) {
   std::string line = std::string(to_string(snapshot.mode.mode)) + " mode, " + std::to_string(cpus) + " CPUs";
   if (snapshot.controller) line += ", tuner at " + std::to_string(snapshot.controller->tuner.current_ns) + " ns";
+  const auto& c = snapshot.controller;
+  if (c && c->last_observation && c->last_observation->kernel.overrides) {
+    // The one override the cap cannot answer, in the line `systemctl status` shows.
+    const std::size_t n = c->last_observation->kernel.overrides->unlimited_cpus().size();
+    if (n > 0) line += ", " + std::to_string(n) + (n == 1 ? " CPU polls" : " CPUs poll") + " without limit (QoS)";
+  }
   return line;
 }
 

@@ -52,6 +52,43 @@ std::string cpu_label(unsigned cpu) { return "cpu=\"" + std::to_string(cpu) + "\
 // nine digits would make its rate over a short window jump.
 std::string micros_as_seconds(std::uint64_t us) { return fmt::format("{}.{:06}", us / 1000000, us % 1000000); }
 
+// What decides the polling besides the cap (signals/polling_overrides.hpp): a series per CPU and
+// reason while a latency requirement of 0 makes the CPU poll without limit (only then: one per CPU
+// and reason would be mostly zeros), and the counts and the governor always.
+void render_polling_overrides(Exposition& e, const PollingOverrides& o) {
+  bool any = false;
+  for (const auto& c : o.cpus) any |= c.polls_without_limit;
+  if (any) {
+    e.family(
+        "haltpoll_polling_override", "gauge",
+        "1 while a latency requirement of 0 (reason: cpu_dma_latency, cpu_wakeup_latency, pm_qos_resume_latency_us) "
+        "makes the CPU poll without limit whatever the cap.");
+    for (const auto& c : o.cpus)
+      for (const auto& r : c.reasons)
+        e.sample("haltpoll_polling_override",
+                 cpu_label(static_cast<unsigned>(c.cpu)) + ",reason=\"" + escape_label(to_string(r.source)) + "\"",
+                 "1");
+  }
+  unsigned unlimited = 0, unknown = 0;
+  for (const auto& c : o.cpus) {
+    unlimited += c.polls_without_limit ? 1 : 0;
+    unknown += c.unknown ? 1 : 0;
+  }
+  e.family("haltpoll_polling_unlimited_cpus", "gauge",
+           "CPUs that poll without limit whatever the cap (a latency requirement of 0).");
+  e.sample("haltpoll_polling_unlimited_cpus", "", std::to_string(unlimited));
+  e.family("haltpoll_polling_unknown_cpus", "gauge",
+           "CPUs of which haltpolld cannot tell whether they poll without limit (a QoS file it could not read).");
+  e.sample("haltpoll_polling_unknown_cpus", "", std::to_string(unknown));
+  e.family("haltpoll_cpus_offline", "gauge", "CPUs present but not online.");
+  e.sample("haltpoll_cpus_offline", "", std::to_string(o.offline_cpus.size()));
+  if (!o.governor.empty()) {
+    e.family("haltpoll_cpuidle_governor_info", "gauge",
+             "Constant 1, labelled with the cpuidle governor in force (the cap applies only under haltpoll).");
+    e.sample("haltpoll_cpuidle_governor_info", "governor=\"" + escape_label(o.governor) + "\"", "1");
+  }
+}
+
 // The series of FleetSeries, kept in one block so that they move with the writer as a whole.
 void render_fleet_series(Exposition& e, const FleetSeries& f) {
   struct Counter {
@@ -118,6 +155,7 @@ void render_fleet_series(Exposition& e, const FleetSeries& f) {
     e.family("haltpoll_tuner_steal_backoff_ratio", "gauge", "Steal share of all CPU time above which the tuner backs off.");
     e.sample("haltpoll_tuner_steal_backoff_ratio", "", fmt_double(*f.steal_backoff_ratio));
   }
+  if (const auto& o = f.polling_overrides) render_polling_overrides(e, *o);
 }
 
 }  // namespace

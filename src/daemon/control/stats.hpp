@@ -68,6 +68,7 @@ struct FleetSeries {
   std::vector<DecisionCount> rules;      // every tuner rule (Rule), zeros included; `action` holds its name
   std::optional<double> last_change_unix_seconds;
   std::optional<double> steal_backoff_ratio;
+  std::optional<PollingOverrides> polling_overrides;  // the last tick's; empty: not read
 };
 
 // The kernel's idle accounting of one CPU summed over every tick since start (or ResetStats).

@@ -5,6 +5,8 @@
 // contract beyond that of a copied struct.
 #pragma once
 
+#include "signals/polling_overrides.hpp"
+
 #include <haltpoll/latency_histogram.hpp>
 
 #include <algorithm>
@@ -94,8 +96,14 @@ struct KernelSignals {
   // The program is loaded but was detached for (part of) the tick, and why: the eBPF fields are
   // then empty as if missing, but the signals come back when it is attached again.
   std::string bpf_detached;
+  // What decides how the guest polls besides the cap (QoS requests at 0, the governor, offline
+  // CPUs), read once per tick; empty from a source that cannot tell (the simulated guest).
+  std::optional<PollingOverrides> overrides;
 
   bool available() const noexcept { return !cpus.empty() && elapsed_ns > 0; }
+  // The kernel polls on `cpu` whatever the cap (a latency requirement of 0): its poll time is the
+  // QoS request's doing, not the cap's, so it is no cost of a setting the tuner weighs.
+  bool polls_without_limit(int cpu) const noexcept { return overrides && overrides->polls_without_limit(cpu); }
   double per_second(std::uint64_t n) const noexcept {
     return elapsed_ns ? static_cast<double>(n) * 1e9 / static_cast<double>(elapsed_ns) : 0.0;
   }

@@ -24,11 +24,7 @@ namespace {
 std::string errno_text(int e) { return std::strerror(e); }
 
 // A value read from a file, for a message: printable ASCII, at most 64 characters.
-std::string printable_value(const std::string& s) {
-  std::string out;
-  for (char c : s.substr(0, 64)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
-  return s.size() > 64 ? out + "..." : out;
-}
+std::string printable_value(const std::string& s) { return printable_text(s, 64); }
 
 // Any edit, chmod, chown or replacement of the file changes one of these.
 std::string identity_of(const std::string& path) {
@@ -56,8 +52,11 @@ std::string haltpoll_state_file(const std::string& state_dir) {
   return dir + "/haltpoll-params.json";
 }
 
-SysfsHaltpollParams::SysfsHaltpollParams(std::string sysfs_root, std::string state_file)
-    : root_(std::move(sysfs_root)), state_file_(std::move(state_file)) {
+SysfsHaltpollParams::SysfsHaltpollParams(std::string sysfs_root, std::string state_file,
+                                         std::shared_ptr<HeldReads> reads)
+    : reads_(reads ? std::move(reads) : std::make_shared<HeldReads>()),
+      root_(std::move(sysfs_root)),
+      state_file_(std::move(state_file)) {
   // push_back rather than assigning "/": GCC 12 -O2 reports a false -Wrestrict on the assignment.
   if (root_.empty() || root_.back() != '/') root_.push_back('/');
 }
@@ -94,16 +93,14 @@ KernelHaltpollState SysfsHaltpollParams::detect() const {
 }
 
 std::optional<std::string> SysfsHaltpollParams::read(const char* name) const {
-  if (!held_reads_) return read_small_file(params_dir() + "/" + name);
-  auto it = held_reads_->find(name);
-  if (it == held_reads_->end()) it = held_reads_->emplace(name, read_small_file(params_dir() + "/" + name)).first;
-  return it->second;
+  return reads_->read(params_dir() + "/" + name);
 }
 
-void SysfsHaltpollParams::hold_reads(bool on) {
-  if (on) held_reads_.emplace();
-  else held_reads_.reset();
+std::optional<std::string> SysfsHaltpollParams::read_governor() const {
+  return reads_->read(cpuidle_dir() + "current_governor");
 }
+
+void SysfsHaltpollParams::hold_reads(bool on) { reads_->hold(on); }
 
 std::optional<std::uint32_t> SysfsHaltpollParams::read_poll_ns() const {
   auto s = read("guest_halt_poll_ns");
@@ -162,7 +159,7 @@ SysfsHaltpollParams::Result write_value_file(const std::string& path, const std:
 SysfsHaltpollParams::Result SysfsHaltpollParams::write_param(const std::string& dir, const std::string& name,
                                                              const std::string& value) const {
   const std::string path = dir + "/" + name;
-  if (held_reads_) held_reads_->erase(name);  // the next read sees what the kernel made of the write
+  reads_->forget(path);  // the next read sees what the kernel made of the write
   if (!valid_value(name, value)) {
     Result r;
     r.ok = false;
@@ -187,6 +184,7 @@ SysfsHaltpollParams::Result SysfsHaltpollParams::write_governor(const std::strin
     r.message = fmt::format("refusing to write governor '{}': not a valid name", name);
     return r;
   }
+  reads_->forget(cpuidle_dir() + "current_governor");
   return write_value_file(cpuidle_dir() + "current_governor", name);
 }
 
@@ -422,7 +420,7 @@ void SysfsHaltpollParams::expect_values_in_force() {
   expected_.clear();
   for (const char* name : kParams)
     if (auto v = read(name)) expected_[name] = *v;
-  if (auto g = read_small_file(cpuidle_dir() + "current_governor")) expected_["cpuidle_governor"] = *g;
+  if (auto g = read_governor()) expected_["cpuidle_governor"] = *g;
   watching_ = true;
 }
 
@@ -450,7 +448,7 @@ std::optional<ForeignValue> SysfsHaltpollParams::foreign_value() {
   std::optional<ForeignValue> f;
   for (const char* name : kParams)
     if ((f = differs(name, read(name)))) break;
-  if (!f) f = differs("cpuidle_governor", read_small_file(cpuidle_dir() + "current_governor"));
+  if (!f) f = differs("cpuidle_governor", read_governor());
   // Who, only now: a foreign value is rare, the look (TuneD's files, /proc) is not free.
   if (f) f->who = identify_other_writer(root_, params_dir(), f->parameter);
   return f;

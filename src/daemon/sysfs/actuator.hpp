@@ -38,9 +38,11 @@
 #pragma once
 
 #include "signals/edges.hpp"
+#include "sysfs/file_io.hpp"
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,7 +61,9 @@ class SysfsHaltpollParams final : public HaltpollActuator {
   // Every parameter of kParams is saved and restored together.
   using Result = ActuatorResult;
 
-  SysfsHaltpollParams(std::string sysfs_root, std::string state_file);
+  // `reads`: the held reads shared with the tick's other readers (sysfs_edges() gives the sensors
+  // the same); null: its own.
+  SysfsHaltpollParams(std::string sysfs_root, std::string state_file, std::shared_ptr<HeldReads> reads = nullptr);
 
   KernelHaltpollState detect() const override;
   std::string params_dir() const;
@@ -122,8 +126,9 @@ class SysfsHaltpollParams final : public HaltpollActuator {
   // Records `value` as written to `name` (in the state file first), then writes it.
   Result write_recorded(const char* name, const std::string& value);
   Result write_param(const std::string& dir, const std::string& name, const std::string& value) const;
-  // The reads held by hold_reads(true), by parameter name; empty when not held.
-  mutable std::optional<std::map<std::string, std::optional<std::string>>> held_reads_;
+  // The reads held by hold_reads(true): the parameters and current_governor.
+  std::shared_ptr<HeldReads> reads_;
+  std::optional<std::string> read_governor() const;
   // By parameter, the values this run wrote that may be in force: the last one and, while it is
   // being written, the one before.
   using Written = std::map<std::string, std::vector<std::string>>;

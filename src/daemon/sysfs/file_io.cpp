@@ -82,6 +82,40 @@ std::optional<std::string> read_small_file(const std::string& path) {
   return s;
 }
 
+std::optional<std::string> HeldReads::read(const std::string& path) {
+  if (!held_) return read_small_file(path);
+  auto it = held_->find(path);
+  if (it == held_->end()) {
+    Read r;
+    r.text = read_small_file(path);
+    r.error = r.text ? 0 : errno;
+    it = held_->emplace(path, std::move(r)).first;
+  }
+  if (!it->second.text) errno = it->second.error;
+  return it->second.text;
+}
+
+void HeldReads::hold(bool on) {
+  if (on) held_.emplace();
+  else held_.reset();
+}
+
+void HeldReads::forget(const std::string& path) {
+  if (held_) held_->erase(path);
+}
+
+std::string printable_text(std::string_view s, std::size_t max) {
+  std::string out;
+  for (char c : s) {
+    if (out.size() >= max) {
+      out += "...";
+      break;
+    }
+    out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  }
+  return out;
+}
+
 std::optional<std::uint64_t> parse_u64(const std::string& s) {
   if (s.empty() || s.size() > 20) return std::nullopt;
   std::uint64_t v = 0;

@@ -17,8 +17,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace haltpolld {
 
@@ -28,6 +30,27 @@ inline constexpr std::size_t kMaxSmallFileBytes = 1 << 20;
 // The whole file, trailing newlines and spaces removed; empty optional (errno kept) on failure or
 // when the file is larger than kMaxSmallFileBytes (errno EFBIG).
 std::optional<std::string> read_small_file(const std::string& path);
+
+// Reads of kernel files that several readers of one tick share, so that each file is read once
+// per tick: the actuator's look for another writer and the sensors both read current_governor, and
+// the actuator's status reads the parameters its look read. While held, the first read of a path
+// is kept (with its errno) and returned to every later read of it, until the path is forgotten
+// (this process wrote it) or the hold ends; not held, every read goes to the file. One thread's.
+class HeldReads {
+ public:
+  // read_small_file(path), or what it gave the first time within the hold (errno set on failure).
+  std::optional<std::string> read(const std::string& path);
+  void hold(bool on);
+  bool held() const noexcept { return held_.has_value(); }
+  void forget(const std::string& path);
+
+ private:
+  struct Read {
+    std::optional<std::string> text;
+    int error = 0;
+  };
+  std::optional<std::map<std::string, Read>> held_;
+};
 
 // A file holding one unsigned decimal number (sysfs style); empty optional on anything else.
 std::optional<std::uint64_t> read_u64_file(const std::string& path);
@@ -101,6 +124,10 @@ std::string check_private_directory(const std::string& dir, int& error);
 // other-writable, in a directory that passes check_private_directory. nullopt with `error`
 // (ENOENT when there is no file) and `why` otherwise.
 std::optional<std::string> read_private_file(const std::string& path, int& error, std::string& why);
+
+// Text read from an untrusted file, fit for a message, a label or a log line: printable ASCII (any
+// other byte becomes '?'), at most `max` characters, "..." appended when cut.
+std::string printable_text(std::string_view s, std::size_t max);
 
 // "what path: strerror(e)" for log lines and status reasons.
 std::string errno_message(const std::string& what, const std::string& path, int e);

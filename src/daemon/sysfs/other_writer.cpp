@@ -1,5 +1,7 @@
 #include "sysfs/other_writer.hpp"
 
+#include "sysfs/file_io.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,6 +11,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <optional>
 #include <set>
 
@@ -44,17 +47,7 @@ std::optional<std::string> read_untrusted(const std::string& path) {
 }
 
 // Printable ASCII only, bounded: the answer goes to logs, status, metrics labels and the state file.
-std::string printable(std::string_view s, std::size_t max = kMaxAnswer) {
-  std::string out;
-  for (char c : s) {
-    if (out.size() >= max) {
-      out += "...";
-      break;
-    }
-    out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
-  }
-  return out;
-}
+std::string printable(std::string_view s, std::size_t max = kMaxAnswer) { return printable_text(s, max); }
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
@@ -180,34 +173,50 @@ std::string tuned_haltpoll_writer(const std::string& root, const std::string& pa
   return {};
 }
 
-std::string process_holding(const std::string& proc_dir, const std::string& params_dir) {
+FileHolders processes_holding(const std::string& proc_dir, const std::function<bool(std::string_view)>& matches,
+                              std::size_t max) {
+  FileHolders out;
   DIR* procs = ::opendir(proc_dir.c_str());
-  if (!procs) return {};
-  const std::string prefix = params_dir + "/";
+  if (!procs) {
+    out.proc_readable = false;
+    return out;
+  }
   const std::string self = std::to_string(::getpid());
-  std::string found;
   while (const dirent* p = ::readdir(procs)) {
+    if (out.found.size() >= max) break;
     const std::string_view pid = p->d_name;
-    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string_view::npos || pid == self) continue;
+    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string_view::npos || pid == self)
+      continue;
     const std::string fd_dir = fmt::format("{}/{}/fd", proc_dir, pid);
     DIR* fds = ::opendir(fd_dir.c_str());
-    if (!fds) continue;  // gone, or not ours to look into
+    if (!fds) {
+      if (errno == EACCES || errno == EPERM) ++out.unreadable;
+      continue;  // gone, or not ours to look into
+    }
     while (const dirent* f = ::readdir(fds)) {
       if (f->d_name[0] == '.') continue;
       char target[4096];
       const ssize_t n = ::readlinkat(::dirfd(fds), f->d_name, target, sizeof target);
       if (n <= 0 || static_cast<std::size_t>(n) >= sizeof target) continue;
       const std::string_view t(target, static_cast<std::size_t>(n));
-      if (t.substr(0, prefix.size()) != prefix) continue;
-      std::string comm = read_untrusted(fmt::format("{}/{}/comm", proc_dir, pid)).value_or("?");
-      found = printable(fmt::format("process {} ({}) holds {} open", pid, printable(trim(comm), 32), t));
+      if (!matches(t)) continue;
+      const std::string comm = read_untrusted(fmt::format("{}/{}/comm", proc_dir, pid)).value_or("?");
+      out.found.push_back({std::stoi(std::string(pid)), printable(trim(comm), 32), printable(t)});
       break;
     }
     ::closedir(fds);
-    if (!found.empty()) break;
   }
   ::closedir(procs);
-  return found;
+  return out;
+}
+
+std::string process_holding(const std::string& proc_dir, const std::string& params_dir) {
+  const std::string prefix = params_dir + "/";
+  const FileHolders h = processes_holding(
+      proc_dir, [&](std::string_view t) { return t.substr(0, prefix.size()) == prefix; }, 1);
+  if (h.found.empty()) return {};
+  const FileHolder& f = h.found.front();
+  return printable(fmt::format("process {} ({}) holds {} open", f.pid, f.comm, f.path));
 }
 
 std::string identify_other_writer(const std::string& root, const std::string& params_dir, const std::string& parameter) {

@@ -1,5 +1,6 @@
 // Who else writes the haltpoll parameters: the actuator asks this once, when it sees a value in
-// force that it did not write (never per tick). The answer is a sentence for status, logs and the
+// force that it did not write (never per tick). The walk of /proc/*/fd also names the holders of
+// the QoS devices (sysfs/polling_overrides.hpp). The answer is a sentence for status, logs and the
 // state file: the active TuneD profile when it (or a profile it includes) names haltpoll
 // parameters in a [sysfs] section or haltpoll keys in a [cpu] section, else a process that holds
 // a parameter file open, else "unknown writer".
@@ -11,6 +12,8 @@
 // any thread.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +41,23 @@ TunedProfileHaltpoll parse_tuned_profile(std::string_view conf);
 // "profile 'name' (path: line)"; empty when TuneD has no active profile or none of its profiles
 // names haltpoll. `root` is the sysfs root ("/" on a real guest).
 std::string tuned_haltpoll_writer(const std::string& root, const std::string& parameter);
+
+// The processes (not this one) with a descriptor whose /proc link target `matches`, at most `max`
+// of them, and how many processes' descriptors could not be read (no permission: another user's,
+// or a root process with more capabilities than this one, without CAP_SYS_PTRACE). Each target
+// and comm is cut to printable ASCII and a bounded length.
+struct FileHolder {
+  int pid = 0;
+  std::string comm;
+  std::string path;  // the link target that matched
+};
+struct FileHolders {
+  std::vector<FileHolder> found;
+  unsigned unreadable = 0;
+  bool proc_readable = true;  // false: `proc_dir` itself could not be listed
+};
+FileHolders processes_holding(const std::string& proc_dir, const std::function<bool(std::string_view)>& matches,
+                              std::size_t max);
 
 // "process PID (comm) holds PATH open" for the first process (not this one) with a descriptor on a
 // file under `params_dir`; empty when none (or /proc does not tell).

@@ -1,6 +1,7 @@
 #include "sysfs/sensors.hpp"
 
 #include "sysfs/file_io.hpp"
+#include "sysfs/polling_overrides.hpp"
 
 #include "cpuidle_totals.hpp"
 #include "idle_trace.hpp"
@@ -32,17 +33,19 @@ constexpr std::uint64_t kMaxPollSlackNs = 5'000'000;
 
 }  // namespace
 
-Sensors::Sensors(std::string sysfs_root, std::vector<int> cpus)
+Sensors::Sensors(std::string sysfs_root, std::vector<int> cpus, std::shared_ptr<HeldReads> reads, std::string dev_root)
     : root_(std::move(sysfs_root)), requested_(std::move(cpus)) {
   // push_back rather than assigning "/": GCC 12 -O2 reports a false -Wrestrict on the assignment.
   if (root_.empty() || root_.back() != '/') root_.push_back('/');
+  overrides_ = std::make_unique<PollingOverridesReader>(root_, std::move(dev_root), std::move(reads));
   cpus_ = online_cpus();
   cpuidle_status_ = "not sampled yet";
 }
 
-std::vector<int> Sensors::online_cpus() const {
+std::vector<int> Sensors::online_cpus(std::optional<std::vector<int>>* all) const {
   const auto text = read_small_file(root_ + "sys/devices/system/cpu/online");
   const auto online = text ? haltpoll::parse_cpu_list(*text) : std::nullopt;
+  if (all) *all = online;
   if (!online && !requested_.empty()) return requested_;  // no hotplug information: the requested CPUs
   if (!online) {
     // No list of online CPUs (a tree without one): the cpuN directories there are.
@@ -218,7 +221,8 @@ Observation Sensors::sample(std::uint64_t now_ns) {
   // describe two different sets of CPUs: the tick is marked unsound, and a restarted CPU has no
   // delta rather than a made-up one.
   std::vector<int> before_cpus = std::move(cpus_);
-  cpus_ = online_cpus();
+  std::optional<std::vector<int>> online;
+  cpus_ = online_cpus(&online);
   std::string changes;
   auto note = [&](const std::string& what) { changes += (changes.empty() ? "" : ", ") + what; };
   for (int c : before_cpus)
@@ -228,6 +232,7 @@ Observation Sensors::sample(std::uint64_t now_ns) {
       note(fmt::format("CPU {} came online", c));
 
   bool any_idle = false;
+  std::vector<int> poll_state;  // the CPUs whose state 0 is POLL
   std::string names;
   double max_cpu = 0, sum_cpu = 0, wakes = 0;
   std::map<int, CpuidleCounters> idle_now;
@@ -240,6 +245,7 @@ Observation Sensors::sample(std::uint64_t now_ns) {
       note(fmt::format("CPU {}'s cpuidle states {}", cpu, had ? "vanished" : "appeared"));
     if (!now) continue;
     any_idle = true;
+    if (!now->state_names.empty() && now->state_names.front() == "POLL") poll_state.push_back(cpu);
     obs.cpuidle_totals.push_back({static_cast<unsigned>(cpu), now->poll_usage, now->poll_time_us, now->halt_usage,
                                   now->halt_time_us});
     if (names.empty()) {
@@ -298,6 +304,8 @@ Observation Sensors::sample(std::uint64_t now_ns) {
     obs.wakes_per_second = wakes * 1e9 / static_cast<double>(elapsed);
     obs.cpu_source = "cpuidle";
   }
+
+  obs.kernel.overrides = overrides_->read(cpus_, online, poll_state, any_idle, now_ns);
 
   obs.kernel.bpf_missing = bpf_missing_;
   if (trace_) {

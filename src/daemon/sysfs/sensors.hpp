@@ -5,6 +5,8 @@
 // into per-tick deltas; steal time comes from `<root>/proc/stat`, the aggregate `cpu` line for the
 // tick's steal share and each `cpuN` line for that CPU's share and seconds. A guest
 // without cpuidle states (no driver registered) yields no poll-CPU signal rather than zeros.
+// Each sample also carries what decides the polling besides the cap (KernelSignals::overrides: the
+// QoS requests at 0, the governor, offline CPUs; sysfs/polling_overrides.hpp).
 // The caller passes the time of each sample, so the class owns no clock; not thread-safe. It is the
 // real kernel's KernelSignalSource (signals/edges.hpp).
 #pragma once
@@ -22,6 +24,8 @@ namespace haltpolld {
 
 class IdleTrace;
 struct IdleTraceSnapshot;
+class HeldReads;
+class PollingOverridesReader;
 
 struct CpuidleCounters {
   std::uint64_t poll_usage = 0;
@@ -49,7 +53,11 @@ class Sensors final : public KernelSignalSource {
   // `cpus` empty: the CPUs listed in <root>/sys/devices/system/cpu/online. The set follows that file
   // on every sample: a CPU that goes offline leaves it, one that comes online (back) joins it, the
   // listed ones only when `cpus` is given.
-  Sensors(std::string sysfs_root, std::vector<int> cpus);
+  // `reads`: the tick's held reads, shared with the actuator (sysfs_edges()); null: its own.
+  // `dev_root`: where the QoS devices are read (empty: <sysfs_root>/dev; a test on the real root
+  // points it at a fake one).
+  Sensors(std::string sysfs_root, std::vector<int> cpus, std::shared_ptr<HeldReads> reads = nullptr,
+          std::string dev_root = {});
   ~Sensors() override;
   Sensors(const Sensors&) = delete;
   Sensors& operator=(const Sensors&) = delete;
@@ -86,8 +94,9 @@ class Sensors final : public KernelSignalSource {
   SignalSourceStatus status() const override;
 
  private:
-  // The requested CPUs that are online now (all online CPUs when none were requested).
-  std::vector<int> online_cpus() const;
+  // The requested CPUs that are online now (all online CPUs when none were requested); `all`
+  // receives the whole online list (empty when the file does not give one).
+  std::vector<int> online_cpus(std::optional<std::vector<int>>* all = nullptr) const;
 
   std::string root_;
   std::vector<int> requested_;
@@ -98,6 +107,7 @@ class Sensors final : public KernelSignalSource {
   bool primed_ = false;
   bool cpuidle_available_ = false;
   std::string cpuidle_status_;
+  std::unique_ptr<PollingOverridesReader> overrides_;
   std::unique_ptr<IdleTrace> trace_;
   std::unique_ptr<IdleTraceSnapshot> last_trace_;
   bool trace_whole_tick_ = false;  // attached since the last sample

@@ -1,6 +1,7 @@
 #include "sysfs/sysfs_edges.hpp"
 
 #include "sysfs/actuator.hpp"
+#include "sysfs/file_io.hpp"
 #include "sysfs/sensors.hpp"
 
 #include <haltpoll/clock.hpp>
@@ -18,11 +19,13 @@ std::int64_t SystemClock::unix_ms() const {
 
 GuestEdges sysfs_edges(const std::string& sysfs_root, const std::string& state_dir, std::vector<int> cpus,
                        bool kernel_signals) {
-  auto sensors = std::make_shared<Sensors>(sysfs_root, std::move(cpus));
+  // One set of held reads for both: a tick reads current_governor once, whoever asks first.
+  auto reads = std::make_shared<HeldReads>();
+  auto sensors = std::make_shared<Sensors>(sysfs_root, std::move(cpus), reads);
   // The eBPF signals (exact outcomes, IPI skips, per-CPU limits, idle-period histograms) where the
   // kernel allows them; without them the counters alone drive the tuner and status says why.
   if (kernel_signals) sensors->enable_idle_trace();
-  return {std::move(sensors), std::make_shared<SysfsHaltpollParams>(sysfs_root, haltpoll_state_file(state_dir)),
+  return {std::move(sensors), std::make_shared<SysfsHaltpollParams>(sysfs_root, haltpoll_state_file(state_dir), reads),
           std::make_shared<SystemClock>()};
 }
 

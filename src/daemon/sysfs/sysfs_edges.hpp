@@ -1,8 +1,10 @@
 // The real guest's edges (signals/edges.hpp), for the shell to hand to the Controller: Sensors on
 // `sysfs_root` for `cpus` (empty: the CPUs listed online), with the eBPF signals when
 // `kernel_signals` (only on the running kernel's root, "/"), SysfsHaltpollParams keeping the
-// originals in `<state_dir>/haltpoll-params.json`, and the system's clocks. The edges stay the same
-// for the Controller's life: another root, state directory or CPU set is another Controller.
+// originals in `<state_dir>/haltpoll-params.json`, and the system's clocks. The sensors and the
+// actuator share one HeldReads (sysfs/file_io.hpp), so that a tick reads current_governor once
+// whichever of them asks first. The edges stay the same for the Controller's life: another root,
+// state directory or CPU set is another Controller.
 #pragma once
 
 #include "signals/edges.hpp"

@@ -82,6 +82,8 @@ Observation DesSignals::sample(std::uint64_t now_ns) {
     ++ticks_;
   }
   obs.halt_exit_penalty_ns = o_.halt_exit_penalty;
+  // The simulated guest has no QoS requests, devices or hotplug to read: kernel.overrides stays
+  // empty (the tuner then prices every CPU, as it does on a guest without overrides).
 
   last_.resize(n);
   last_hist_.resize(n);

@@ -3,15 +3,20 @@
 // signals only when the programs were attached from its start to its end. On a guest with a cpuidle
 // driver they refine the cpuidle counters; on a guest without one they are the only count of the
 // idle periods, every one a halt. Needs root, like tests/bpf; CI runs it as root.
+// The QoS devices are read from a fake /dev (FakeDev): opening the real /dev/cpu_dma_latency adds a
+// request at the no-constraint default, which lowers the aggregate when every request in force is
+// above that default, and a test cannot rule that out without opening it.
 #include "sysfs/sensors.hpp"
 
+#include "fake_sysfs.hpp"
 #include "guest_kind.hpp"
 
 #include <catch2/catch.hpp>
 
-#include <chrono>
-#include <thread>
 #include <unistd.h>
+#include <chrono>
+#include <fstream>
+#include <thread>
 
 using namespace haltpolld;
 
@@ -22,6 +27,15 @@ std::uint64_t now_ns() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
           .count());
 }
+
+// A /dev with the QoS device at the no-constraint default, for Sensors on the real root.
+struct FakeDev {
+  testsupport::TempDir dir;
+  FakeDev() {
+    std::ofstream(dir.path() + "/cpu_dma_latency", std::ios::binary)
+        << testsupport::FakeSysfs::s32_bytes(testsupport::FakeSysfs::kNoLatencyConstraint);
+  }
+};
 
 // Idle periods on every CPU: short sleeps end in a timer interrupt after a halt.
 void some_idle() {
@@ -40,7 +54,8 @@ bool has_ebpf(const Observation& o) {
 TEST_CASE("Sensors: eBPF signals only for ticks the programs were attached for, whole", "[bpf]") {
   const auto kind = testsupport::host_guest_kind();
   INFO("this machine: " << testsupport::to_string(kind));
-  Sensors s("/", {});
+  FakeDev dev;
+  Sensors s("/", {}, nullptr, dev.dir.path());
   // The kind of guest decides where the per-CPU counts come from.
   CHECK(s.read_cpuidle(s.cpus().front()).has_value() == (kind == testsupport::GuestKind::haltpoll_driver));
   const auto counters = kind == testsupport::GuestKind::haltpoll_driver ? KernelSignals::Counters::cpuidle
@@ -54,6 +69,11 @@ TEST_CASE("Sensors: eBPF signals only for ticks the programs were attached for, 
   INFO("cpuidle: " << s.cpuidle_status());
   CHECK(attached.kernel.counters == counters);
   REQUIRE(attached.kernel.available());
+  // The real governor and resume latency requests beside the fake device's value.
+  REQUIRE(attached.kernel.overrides);
+  CHECK(attached.kernel.overrides->cpu_dma_latency.value_us == testsupport::FakeSysfs::kNoLatencyConstraint);
+  CHECK(attached.kernel.overrides->cpuidle == (kind == testsupport::GuestKind::haltpoll_driver));
+  CHECK(attached.kernel.overrides->resume.size() == s.cpus().size());
   CHECK(has_ebpf(attached));
   CHECK(attached.kernel.bpf_detached.empty());
   if (kind == testsupport::GuestKind::no_driver) {
@@ -102,7 +122,8 @@ TEST_CASE("Sensors: eBPF signals only for ticks the programs were attached for, 
 }
 
 TEST_CASE("Sensors: without a program, attaching is refused and nothing changes", "[bpf]") {
-  Sensors s("/", {});
+  FakeDev dev;
+  Sensors s("/", {}, nullptr, dev.dir.path());
   CHECK(!s.set_idle_trace_attached(true));
   CHECK(!s.idle_trace_attached());
   s.sample(now_ns());

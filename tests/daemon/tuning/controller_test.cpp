@@ -200,6 +200,36 @@ TEST_CASE("kernel mode on a haltpoll guest writes, and stop() restores") {
   CHECK(!std::filesystem::exists(c.state_file()));
 }
 
+TEST_CASE("the tick's Observation carries the polling overrides the sensors read") {
+  FakeSysfs fs;
+  TempDir dir;
+  fs.set_cpu_dma_latency(0);
+  fs.set_resume_latency(1, "n/a");
+  Controller c(opts(true), sysfs_edges(fs.root(), dir.path()), std::unique_ptr<PoolAccess>{});
+  c.start();
+  c.tick();
+  const auto obs = c.last_observation();
+  REQUIRE(obs);
+  REQUIRE(obs->kernel.overrides);
+  CHECK(obs->kernel.overrides->unlimited_cpus() == std::vector<int>{0, 1});
+  CHECK(obs->kernel.polls_without_limit(0));
+  CHECK(obs->kernel.polls_without_limit(1));
+  CHECK_FALSE(obs->kernel.polls_without_limit(2));
+  CHECK(obs->kernel.overrides->cpus[1].reasons.size() == 2);  // the global request and CPU 1's own
+  // The status the tick left behind has the same.
+  const auto st = c.tick_status();
+  REQUIRE(st);
+  REQUIRE(st->last_observation);
+  CHECK(st->last_observation->kernel.overrides->unlimited_cpus() == std::vector<int>{0, 1});
+  // Cleared, the next tick says so.
+  fs.set_cpu_dma_latency(FakeSysfs::kNoLatencyConstraint);
+  fs.set_resume_latency(1, "0");
+  c.tick();
+  CHECK(c.last_observation()->kernel.overrides->unlimited_cpus().empty());
+  CHECK_FALSE(c.last_observation()->kernel.polls_without_limit(0));
+  c.stop();
+}
+
 TEST_CASE("observe mode decides but never writes") {
   FakeSysfs fs;
   TempDir dir;
