@@ -31,7 +31,7 @@ bool same(const Dist& a, const Dist& b) noexcept {
 }
 }  // namespace
 
-// A step of a thread's program with its Dist prepared.
+// A step of a thread's program with its Dist prepared: 32 bytes, two to a cache line.
 struct Guest::Op {
   Step::Op op;
   // Resumed at this step, the thread reaches a compute step through begin and end steps only,
@@ -39,37 +39,42 @@ struct Guest::Op {
   std::int8_t ends_to_compute;
   int arg;
   const Op* next;  // the step after this one (the program loops)
-  Ns period;
+  union {
+    const Sampler* d;  // compute: its duration, shared by every step of the same Dist
+    Ns period;         // sleep_period, sleep_exp
+  };
   Ns slack;
-  const Sampler* d;  // compute: its duration, shared by every step of the same Dist
 };
 
-struct Guest::Cpu {
+// The fields in the order the event loop touches them: the first line on every event of the CPU,
+// the second on every idle period (with the counters' usage and time), the rest less often.
+struct alignas(64) Guest::Cpu {
   enum class St : std::uint8_t { running, waking, poll, halt };
   Cpu(const haltpoll::HaltpollParams& p, std::uint32_t i) : id(i), gov("haltpoll", policy_params(p)) {
     limit = gov.window_ns();
   }
-  // What every event reads first, then the counters every idle period writes.
   Ns key[slots] = {kNever, kNever, kNever, kNever, kNever};  // key_of(time, slot); kNever: none pending
+  Thread* current = nullptr;                                 // the thread whose compute step the run slot ends
   St st = St::running;
   bool dirty = false;            // a key changed since the tree last saw this CPU
   bool poll_time_limit = false;  // cpuidle's poll_time_limit
   bool halt_after_poll = false;  // the current halt follows a timed-out poll of poll_ns
-  int last_state = 0;            // cpuidle's last_state_idx (starts 0, as a zeroed device)
+  std::uint8_t last_state = 0;   // cpuidle's last_state_idx (starts 0, as a zeroed device)
   std::uint32_t id;
-  Thread* current = nullptr;  // the thread whose compute step the run slot ends
-  Thread* waking = nullptr;   // the thread a wake-up in progress will run (null: none)
   Ns since = 0;               // start of the current idle period
   std::uint64_t limit = 0;    // gov.window_ns(), which changes only where it is re-read
+  Thread* waking = nullptr;   // the thread a wake-up in progress will run (null: none)
   std::uint64_t poll_ns = 0;
   CpuCounters counters;
   Fifo runq;
   std::vector<Thread*> threads;  // the threads placed here: their timers make the timer slot
   haltpoll::WindowGovernor gov;
-  CpuHistograms hist;
+  // Apart (31 KB), so that the Cpus, a few cache lines each, lie together.
+  std::unique_ptr<CpuHistograms> hist = std::make_unique<CpuHistograms>();
 };
 
-struct Guest::Thread {
+// One cache line.
+struct alignas(64) Guest::Thread {
   Cpu* cpu = nullptr;
   const Op* pc = nullptr;  // its next step
   Ns begin_t = 0;
@@ -84,9 +89,11 @@ struct Guest::Thread {
 };
 
 void Guest::Fifo::grow() {
-  std::vector<Thread*> b(std::max<std::size_t>(4, 2 * buf_.size()));
-  for (std::size_t i = 0; i < size_; ++i) b[i] = buf_[(head_ + i) & (buf_.size() - 1)];
+  const std::uint32_t cap = std::max<std::uint32_t>(4, 2 * (mask_ + 1));
+  auto b = std::make_unique<Thread*[]>(cap);
+  for (std::uint32_t i = 0; i < size_; ++i) b[i] = buf_[(head_ + i) & mask_];
   buf_ = std::move(b);
+  mask_ = cap - 1;
   head_ = 0;
 }
 
@@ -139,9 +146,11 @@ Guest::Guest(GuestConfig cfg, Workload load)
   };
   for (const ThreadSpec& t : load_.threads) {
     const std::size_t first = ops_.size(), n = t.steps.size();
-    for (const Step& s : t.steps)
-      ops_.push_back(
-          Op{s.op, -1, s.arg, nullptr, s.period, s.slack, s.op == Step::Op::compute ? sampler(s.d) : nullptr});
+    for (const Step& s : t.steps) {
+      ops_.push_back(Op{s.op, -1, s.arg, nullptr, {nullptr}, s.slack});
+      if (s.op == Step::Op::compute) ops_.back().d = sampler(s.d);
+      else ops_.back().period = s.period;
+    }
     for (std::size_t i = 0; i < n; ++i) {
       Op& op = ops_[first + i];
       op.next = &ops_[first + (i + 1) % n];
@@ -170,9 +179,10 @@ Guest::Guest(GuestConfig cfg, Workload load)
   for (const Dist* d : {&k.wake_halted, &k.timer_in_halt}) cost_samplers_.push_back({d, *d, tables_.sampler(*d)});
 
   while (leaves_ < cpus_.size()) leaves_ *= 2;
-  tree_.assign(2 * leaves_, Node{kNever, nullptr});
-  for (std::size_t i = 0; i < cpus_.size(); ++i) tree_[leaves_ + i].cpu = cpus_[i].get();
-  for (std::size_t i = leaves_ - 1; i > 0; --i) tree_[i] = tree_[2 * i];
+  tree_key_.assign(2 * leaves_, kNever);
+  tree_cpu_.assign(2 * leaves_, nullptr);
+  for (std::size_t i = 0; i < cpus_.size(); ++i) tree_cpu_[leaves_ + i] = cpus_[i].get();
+  for (std::size_t i = leaves_ - 1; i > 0; --i) tree_cpu_[i] = tree_cpu_[2 * i];
   dirty_ = std::make_unique<Cpu*[]>(cpus_.size());
 
   for (Thread& t : threads_) {
@@ -207,22 +217,26 @@ Guest::~Guest() = default;
 }
 
 // A CPU's least key into the tree: up its leaf's path to the root, the winner so far carried along
-// against each sibling, the lower key winning and the left (lower CPU) at equal keys.
+// against each sibling; at equal keys the one carried up stays (deterministic, as the order of
+// updates is). Keys and CPUs in two arrays, so that a level is a few instructions.
 [[gnu::always_inline]] inline void Guest::update(Cpu& c) {
   c.dirty = false;
   Ns k = c.key[0];
   for (int s = 1; s < slots; ++s) k = std::min(k, c.key[s]);
-  Node* tree = tree_.data();
-  Node win{k, &c};
+  Ns* keys = tree_key_.data();
+  Cpu** cpus = tree_cpu_.data();
+  Cpu* win = &c;
   std::size_t i = leaves_ + c.id;
-  tree[i] = win;
+  keys[i] = k;
   for (; i > 1; i >>= 1) {
-    const Node sib = tree[i ^ 1];
     // Selects, not a branch: which side wins is as good as random with many CPUs.
-    const bool take = sib.key < win.key;
-    win.key = take ? sib.key : win.key;
-    win.cpu = take ? sib.cpu : win.cpu;
-    tree[i >> 1] = win;
+    const Ns sk = keys[i ^ 1];
+    Cpu* const sc = cpus[i ^ 1];
+    const bool take = sk < k;
+    k = take ? sk : k;
+    win = take ? sc : win;
+    keys[i >> 1] = k;
+    cpus[i >> 1] = win;
   }
 }
 
@@ -233,12 +247,12 @@ Guest::~Guest() = default;
 
 void Guest::run_until(Ns t) {
   const Ns stop = key_of(t, (1 << kSlotBits) - 1);
-  while (tree_[1].key <= stop) {
-    const Node n = tree_[1];
-    const auto s = static_cast<Slot>(n.key & ((1 << kSlotBits) - 1));
-    now_ = n.key >> kSlotBits;
+  while (tree_key_[1] <= stop) {
+    const Ns key = tree_key_[1];
+    const auto s = static_cast<Slot>(key & ((1 << kSlotBits) - 1));
+    now_ = key >> kSlotBits;
     ++processed_;
-    Cpu& c = *n.cpu;
+    Cpu& c = *tree_cpu_[1];
     c.key[s] = kNever;
     c.dirty = true;  // updated below, not through the list
     dispatch(c, s);
@@ -278,10 +292,13 @@ void Guest::run_until(Ns t) {
 }
 
 void Guest::record_pending(Thread& t) {
-  MetricStats& m = *metrics_[static_cast<std::size_t>(t.pending_metric)];
-  m.hist.record(t.pending_value);
-  ++m.count;
+  record(*metrics_[static_cast<std::size_t>(t.pending_metric)], t.pending_value);
   t.pending_metric = -1;
+}
+
+[[gnu::always_inline]] inline void Guest::record(MetricStats& m, std::uint64_t ns) {
+  m.hist.record(ns);
+  ++m.count;
 }
 
 // The first of the CPU's threads whose timer is due; the others stay in the slot.
@@ -347,9 +364,8 @@ const Sampler& Guest::prepare(const Dist& d) {
   c.st = Cpu::St::running;
   for (;;) {
     if (t->lateness_metric >= 0) {
-      MetricStats& m = *metrics_[static_cast<std::size_t>(t->lateness_metric)];
-      m.hist.record(static_cast<std::uint64_t>(std::max<Ns>(0, now_ - t->deadline)));
-      ++m.count;
+      record(*metrics_[static_cast<std::size_t>(t->lateness_metric)],
+             static_cast<std::uint64_t>(std::max<Ns>(0, now_ - t->deadline)));
       t->lateness_metric = -1;
     }
     if (!run_steps(c, *t)) return;
@@ -391,12 +407,9 @@ const Sampler& Guest::prepare(const Dist& d) {
         set_timer(t, now_ + round_ns(tables_.exponential(rng_, static_cast<double>(s.period))));
         return true;
       case Step::Op::begin: t.begin_t = now_; break;
-      case Step::Op::end: {
-        MetricStats& m = *metrics_[static_cast<std::size_t>(s.arg)];
-        m.hist.record(static_cast<std::uint64_t>(now_ - t.begin_t));
-        ++m.count;
+      case Step::Op::end:
+        record(*metrics_[static_cast<std::size_t>(s.arg)], static_cast<std::uint64_t>(now_ - t.begin_t));
         break;
-      }
     }
   }
 }
@@ -507,7 +520,7 @@ void Guest::switch_out(Cpu& c) {
     c.poll_ns = res;
   } else {
     clear(c, poll_timeout);
-    c.hist.poll_hit.record(res);
+    c.hist->poll_hit.record(res);
   }
   log(now_, c, TraceEvent::Kind::cpu_idle, -1);
   c.last_state = 0;
@@ -519,9 +532,9 @@ void Guest::end_halt(Cpu& c) {
   const auto res = static_cast<std::uint64_t>(now_ - c.since);
   ++c.counters.usage[CpuCounters::halt];
   c.counters.time_ns[CpuCounters::halt] += res;
-  c.hist.halt_residency.record(res);
-  if (c.halt_after_poll) c.hist.poll_halt.record(c.poll_ns + res);
-  else c.hist.halt.record(res);
+  c.hist->halt_residency.record(res);
+  if (c.halt_after_poll) c.hist->poll_halt.record(c.poll_ns + res);
+  else c.hist->halt.record(res);
   log(now_, c, TraceEvent::Kind::cpu_idle, -1);
   c.last_state = 1;
   const std::uint64_t old = c.limit;
@@ -572,7 +585,7 @@ std::uint32_t Guest::poll_limit_ns(int cpu) const {
   return static_cast<std::uint32_t>(cpus_.at(static_cast<std::size_t>(cpu))->gov.window_ns());
 }
 
-const CpuHistograms& Guest::histograms(int cpu) const { return cpus_.at(static_cast<std::size_t>(cpu))->hist; }
+const CpuHistograms& Guest::histograms(int cpu) const { return *cpus_.at(static_cast<std::size_t>(cpu))->hist; }
 
 const MetricStats& Guest::metric(std::string_view name) const {
   for (const auto& m : metrics_)

@@ -136,32 +136,26 @@ class Guest {
    public:
     bool empty() const noexcept { return size_ == 0; }
     void push(Thread* t) {
-      if (size_ == buf_.size()) grow();
-      buf_[(head_ + size_) & (buf_.size() - 1)] = t;
+      if (size_ == mask_ + 1) grow();
+      buf_[(head_ + size_) & mask_] = t;
       ++size_;
     }
     Thread* pop() noexcept {
       Thread* t = buf_[head_];
-      head_ = (head_ + 1) & (buf_.size() - 1);
+      head_ = (head_ + 1) & mask_;
       --size_;
       return t;
     }
 
    private:
     void grow();
-    std::vector<Thread*> buf_;  // a power of two long
-    std::size_t head_ = 0, size_ = 0;
+    std::unique_ptr<Thread*[]> buf_;  // mask_ + 1 long, a power of two (0 before the first push)
+    std::uint32_t mask_ = std::uint32_t(-1), head_ = 0, size_ = 0;
   };
   // A CPU's pending events, one slot each; at equal times the lower slot runs first (a halt's end
   // before the resume it leads to). run: the running thread's compute step ends, or a wake-up's
   // resume (state waking). timer: the earliest timer of the CPU's threads.
   enum Slot : std::uint8_t { halt_end, run, poll_timeout, timer, housekeeping, slots };
-  // Every CPU's next event, (time << 3 | slot), in a tournament tree: the root is the guest's next
-  // event, the lower CPU first at equal keys; a CPU's change costs log2(cpus) comparisons.
-  struct Node {
-    Ns key;
-    Cpu* cpu;
-  };
 
   void mark(Cpu& c);
   void set(Cpu& c, Slot s, Ns t);
@@ -182,6 +176,7 @@ class Guest {
   void wake(Thread& t, bool remote);
   void resume(Cpu& c, Thread& t, Ns at);
   void record_pending(Thread& t);
+  void record(MetricStats& m, std::uint64_t ns);
   void log(Ns t, const Cpu& c, TraceEvent::Kind k, std::int32_t state, bool grow = false, std::uint32_t n = 0,
            std::uint32_t o = 0);
   void append_log(const TraceEvent& e);
@@ -205,7 +200,10 @@ class Guest {
     Sampler s;
   };
   std::vector<CostSampler> cost_samplers_;
-  std::vector<Node> tree_;
+  // Every CPU's next event, (time << 3 | slot), in a tournament tree: node 1 is the guest's next
+  // event, nodes [leaves_, 2·leaves_) the CPUs'; a CPU's change costs log2(cpus) comparisons.
+  std::vector<Ns> tree_key_;
+  std::vector<Cpu*> tree_cpu_;
   std::size_t leaves_ = 1;
   std::unique_ptr<Cpu*[]> dirty_;  // CPUs whose keys changed since the tree saw them, ndirty_ of them
   std::size_t ndirty_ = 0;
