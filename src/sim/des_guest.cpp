@@ -206,8 +206,12 @@ Guest::~Guest() = default;
   dirty_[ndirty_++] = &c;
 }
 
+// Branches, not selects, for the clamps: they almost never apply, and a select would make the
+// next event wait for this key.
 [[gnu::always_inline]] inline void Guest::set(Cpu& c, Slot s, Ns t) {
-  c.key[s] = key_of(std::max(t, now_), s);
+  if (__builtin_expect(t < now_, 0)) t = now_;
+  if (__builtin_expect(t > kLatest, 0)) t = kLatest;
+  c.key[s] = (t << kSlotBits) | s;
   mark(c);
 }
 
@@ -218,7 +222,10 @@ Guest::~Guest() = default;
 
 // A CPU's least key into the tree: up its leaf's path to the root, the winner so far carried along
 // against each sibling; at equal keys the one carried up stays (deterministic, as the order of
-// updates is). Keys and CPUs in two arrays, so that a level is a few instructions.
+// updates is). Keys and CPUs in two arrays, so that a level is a few instructions. Up to 4 CPUs a
+// branch picks the winner: it predicts well there and lets the next event start before this one's
+// key is known; with more CPUs which side wins is as good as random, and a select is cheaper than
+// the mispredictions (2-vCPU pipe 18 % faster with the branch, 64-vCPU pipe 29 % slower).
 [[gnu::always_inline]] inline void Guest::update(Cpu& c) {
   c.dirty = false;
   Ns k = c.key[0];
@@ -228,8 +235,18 @@ Guest::~Guest() = default;
   Cpu* win = &c;
   std::size_t i = leaves_ + c.id;
   keys[i] = k;
+  if (leaves_ <= 4) {
+    for (; i > 1; i >>= 1) {
+      if (keys[i ^ 1] < k) {
+        k = keys[i ^ 1];
+        win = cpus[i ^ 1];
+      }
+      keys[i >> 1] = k;
+      cpus[i >> 1] = win;
+    }
+    return;
+  }
   for (; i > 1; i >>= 1) {
-    // Selects, not a branch: which side wins is as good as random with many CPUs.
     const Ns sk = keys[i ^ 1];
     Cpu* const sc = cpus[i ^ 1];
     const bool take = sk < k;
