@@ -23,8 +23,8 @@ struct CalibrationTolerance {
   double halts_per_s = 200;           // ... or this many
   // The worst errors measured at the asserted held-out points: the pipe at 75000 (2026-12-03, its
   // rounds spread 6.9-9.9 µs/op around a 7.7 median) and at 400000 (2026-12-01).
-  double worst_result_percent = 23.4;
-  double worst_poll_points = 4.2;
+  double worst_result_percent = 24.6;
+  double worst_poll_points = 4.5;
   const char* not_covered =
       "caps inside a closed loop's knee (the pipe at 10000, request/response at 10000-25000: the real loop "
       "polls from a lower cap), the database-shaped load below 75000 and its halts, the governor's trap at its "

@@ -12,27 +12,12 @@ std::uint64_t splitmix64(std::uint64_t& x) noexcept {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
-std::uint64_t rotl(std::uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }
 // z of the normal quantiles used below.
 constexpr double z90 = 1.2815515655446004;
 constexpr double z99 = 2.3263478740408408;
 }  // namespace
 
-Rng::Rng(std::uint64_t seed) noexcept {
-  for (auto& s : s_) s = splitmix64(seed);
-}
-
-std::uint64_t Rng::next() noexcept {
-  const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const std::uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
+Rng::Rng(std::uint64_t seed) noexcept : s_(splitmix64(seed)) {}
 
 double Rng::normal() noexcept {
   if (has_spare_) {

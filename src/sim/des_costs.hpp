@@ -15,17 +15,25 @@ namespace haltpolld::des {
 
 using Ns = std::int64_t;
 
-// xoshiro256** seeded through splitmix64: fast, and the same sequence on every platform.
+// wyrand (Wang Yi's generator: a Weyl sequence through a 64×64→128-bit multiply) seeded through
+// splitmix64: one word of state, a handful of instructions per number, the same sequence on every
+// platform (integer arithmetic only).
 class Rng {
  public:
   explicit Rng(std::uint64_t seed) noexcept;
-  std::uint64_t next() noexcept;
+  // Inline: the event loop draws one or two per event.
+  std::uint64_t next() noexcept {
+    __extension__ using u128 = unsigned __int128;
+    s_ += 0xa0761d6478bd642fULL;
+    const u128 t = static_cast<u128>(s_) * (s_ ^ 0xe7037ed1a0b428dbULL);
+    return static_cast<std::uint64_t>(t >> 64) ^ static_cast<std::uint64_t>(t);
+  }
   double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
   double normal() noexcept;                                                            // standard normal
   double exponential(double mean) noexcept { return -mean * std::log1p(-uniform()); }
 
  private:
-  std::uint64_t s_[4];
+  std::uint64_t s_;
   double spare_ = 0;
   bool has_spare_ = false;
 };
@@ -46,6 +54,10 @@ struct Dist {
 };
 
 struct Costs {
+  // The cost of a local interrupt (the thread's own timer, a background interrupt) that ends a
+  // halt of halted_for ns: for now timer_in_halt at every length.
+  const Dist& halted_interrupt([[maybe_unused]] Ns halted_for) const { return timer_in_halt; }
+
   // Remote wake-up of a polling vCPU (need-resched seen, no IPI) until the woken thread runs.
   Dist wake_polling;
   // Remote wake-up of a halted vCPU: IPI, VM exit and entry, the host waking the vCPU thread, and

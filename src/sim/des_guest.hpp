@@ -28,6 +28,7 @@
 #pragma once
 
 #include "sim/des_costs.hpp"
+#include "sim/des_sampler.hpp"
 #include "sim/des_workload.hpp"
 
 #include <haltpoll/governor.hpp>
@@ -35,7 +36,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <queue>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -130,43 +130,89 @@ class Guest {
  private:
   struct Cpu;
   struct Thread;
-  struct Event {
-    Ns t;
-    std::uint64_t seq;
-    std::uint32_t a;
-    std::uint32_t gen;
-    std::uint8_t kind;
-    bool operator>(const Event& o) const noexcept { return t != o.t ? t > o.t : seq > o.seq; }
-  };
-  enum Kind : std::uint8_t { step_done, poll_timeout, halt_end, resume, timer, housekeeping };
+  struct Op;
+  // A FIFO of threads (a run queue, a channel's waiters) in a ring that grows when full.
+  class Fifo {
+   public:
+    bool empty() const noexcept { return size_ == 0; }
+    void push(Thread* t) {
+      if (size_ == mask_ + 1) grow();
+      buf_[(head_ + size_) & mask_] = t;
+      ++size_;
+    }
+    Thread* pop() noexcept {
+      Thread* t = buf_[head_];
+      head_ = (head_ + 1) & mask_;
+      --size_;
+      return t;
+    }
 
-  void push(Ns t, Kind k, std::uint32_t a, std::uint32_t gen = 0);
-  void dispatch(const Event& e);
-  void run_thread(int cpu, int th);
-  void switch_out(int cpu);
-  void enter_idle(int cpu);
-  void arm_timeout(int cpu);
-  void end_poll(int cpu, bool timed_out);
-  void end_halt(int cpu);
-  void wake(int th, bool remote);
-  void wake_idle_cpu(int cpu, int th, bool remote);
-  void post(int ch, int from_cpu);
-  void log(Ns t, int cpu, TraceEvent::Kind k, std::int32_t state, bool grow = false, std::uint32_t n = 0,
+   private:
+    void grow();
+    std::unique_ptr<Thread*[]> buf_;  // mask_ + 1 long, a power of two (0 before the first push)
+    std::uint32_t mask_ = std::uint32_t(-1), head_ = 0, size_ = 0;
+  };
+  // A CPU's pending events, one slot each; at equal times the lower slot runs first (a halt's end
+  // before the resume it leads to). run: the running thread's compute step ends, or a wake-up's
+  // resume (state waking). timer: the earliest timer of the CPU's threads.
+  enum Slot : std::uint8_t { halt_end, run, poll_timeout, timer, housekeeping, slots };
+
+  void mark(Cpu& c);
+  void set(Cpu& c, Slot s, Ns t);
+  void clear(Cpu& c, Slot s);
+  void update(Cpu& c);
+  void flush();
+  void dispatch(Cpu& c, Slot s);
+  void run_thread(Cpu& c, Thread* t);
+  bool run_steps(Cpu& c, Thread& t);
+  void switch_out(Cpu& c);
+  void enter_idle(Cpu& c);
+  void end_poll(Cpu& c, bool timed_out);
+  void end_halt(Cpu& c);
+  void set_timer(Thread& t, Ns at);
+  void fire_timer(Cpu& c);
+  void housekeeping_irq(Cpu& c);
+  void post(int ch, const Cpu& from);
+  void wake(Thread& t, bool remote);
+  void resume(Cpu& c, Thread& t, Ns at);
+  void record_pending(Thread& t);
+  void record(MetricStats& m, std::uint64_t ns);
+  void log(Ns t, const Cpu& c, TraceEvent::Kind k, std::int32_t state, bool grow = false, std::uint32_t n = 0,
            std::uint32_t o = 0);
+  void append_log(const TraceEvent& e);
   Ns steal(Ns d);
+  // The prepared sampler of a Dist of cfg_.costs (what Costs::halted_wake and friends select).
+  const Sampler& sampler_of(const Dist& d);
+  const Sampler& prepare(const Dist& d);
 
   GuestConfig cfg_;
   Workload load_;
   haltpoll::HaltpollParams params_;
   Rng rng_;
   Ns now_ = 0;
-  std::uint64_t seq_ = 0;
   std::uint64_t processed_ = 0;
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> q_;
+  SamplerTables tables_;
+  Sampler wake_polling_, wake_delay_, timer_in_poll_, housekeeping_gap_, steal_;
+  bool steals_ = false;  // steal_probability > 0
+  struct CostSampler {
+    const Dist* dist;
+    Dist copy;
+    Sampler s;
+  };
+  std::vector<CostSampler> cost_samplers_;
+  // Every CPU's next event, (time << 3 | slot), in a tournament tree: node 1 is the guest's next
+  // event, nodes [leaves_, 2·leaves_) the CPUs'; a CPU's change costs log2(cpus) comparisons.
+  std::vector<Ns> tree_key_;
+  std::vector<Cpu*> tree_cpu_;
+  std::size_t leaves_ = 1;
+  std::unique_ptr<Cpu*[]> dirty_;  // CPUs whose keys changed since the tree saw them, ndirty_ of them
+  std::size_t ndirty_ = 0;
   std::vector<std::unique_ptr<Cpu>> cpus_;
-  std::vector<Thread> threads_;
-  std::vector<std::int64_t> tokens_;       // per channel
-  std::vector<std::vector<int>> waiters_;  // per channel, FIFO of thread ids
+  std::vector<Thread> threads_;         // never reallocated: CPUs, queues and steps point into it
+  std::vector<Op> ops_;                 // every thread's program, one after the other; likewise
+  std::vector<Sampler> step_samplers_;  // one per distinct Dist of the compute steps; likewise
+  std::vector<std::int64_t> tokens_;    // per channel
+  std::vector<Fifo> waiters_;           // per channel
   std::vector<std::unique_ptr<MetricStats>> metrics_;
   std::vector<TraceEvent> log_;
 };
