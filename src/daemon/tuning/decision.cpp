@@ -20,6 +20,7 @@ const char* to_string(Rule r) noexcept {
     HALTPOLL_RULE(static_value)
     HALTPOLL_RULE(no_counters)
     HALTPOLL_RULE(kernel_does_not_poll)
+    HALTPOLL_RULE(no_cap_reach)
     HALTPOLL_RULE(unsound_tick)
     HALTPOLL_RULE(restarted)
     HALTPOLL_RULE(steal_backoff)

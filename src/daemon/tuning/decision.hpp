@@ -18,6 +18,7 @@ enum class Rule {
   static_value,          // the static policy: the configured value
   no_counters,           // the tick carried no kernel idle counters
   kernel_does_not_poll,  // no cpuidle driver: guest_halt_poll_ns reaches no idle path
+  no_cap_reach,          // every CPU polls without limit (a latency QoS request of 0): the cap reaches none
   unsound_tick,          // the tick's counters do not describe one interval (the Controller holds)
   restarted,             // the value in force is not the tuner's: it starts again from it
   steal_backoff,         // the host is contended: one rung down, no growth while it lasts
@@ -36,7 +37,7 @@ enum class Rule {
   steady,                // nothing changed: hold
 };
 inline constexpr Rule kRules[] = {
-    Rule::static_value, Rule::no_counters,   Rule::kernel_does_not_poll, Rule::unsound_tick,
+    Rule::static_value, Rule::no_counters,   Rule::kernel_does_not_poll, Rule::no_cap_reach, Rule::unsound_tick,
     Rule::restarted,    Rule::steal_backoff, Rule::nothing_to_win,       Rule::sweep_unswept,
     Rule::sweep_change, Rule::sweep_periodic, Rule::measuring,           Rule::climb,
     Rule::chosen,       Rule::confirming,    Rule::confirmed,            Rule::confirmation_failed,

@@ -31,7 +31,21 @@ void grow_to(V& v, std::size_t n) {
 
 }  // namespace
 
-void RungMeasurement::add(const KernelSignals& k) {
+void RungMeasurement::add(const KernelSignals& in) {
+  // The CPUs that poll without limit whatever the cap are none of the cap's doing: left out.
+  const KernelSignals* kp = &in;
+  KernelSignals limited;
+  if (in.overrides) {
+    limited = in;
+    limited.cpus.clear();
+    for (const auto& c : in.cpus) {
+      if (!in.polls_without_limit(c.cpu)) limited.cpus.push_back(c);
+      else if (std::find(unlimited_cpus.begin(), unlimited_cpus.end(), c.cpu) == unlimited_cpus.end())
+        unlimited_cpus.push_back(c.cpu);
+    }
+    kp = &limited;
+  }
+  const KernelSignals& k = *kp;
   const std::size_t n = k.cpus.size();
   for (auto* v : {&cpu_periods, &cpu_halts, &cpu_halt_ns, &cpu_hits, &cpu_ipi, &cpu_poll_ns}) grow_to(*v, n);
   grow_to(cpu_ids, n);

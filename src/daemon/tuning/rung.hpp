@@ -31,7 +31,10 @@ struct RungMeasurement {
   double periods = 0, halts = 0, hits = 0, polls = 0, halt_ns = 0, poll_ns = 0;
   std::optional<double> ipi_skipped;  // kept only over a run of ticks that all counted them
   double max_cpu_time = 0;            // per-tick busiest CPU's poll %, × elapsed_ns
-  // Per CPU, in KernelSignals::cpus order; cpu_ids the CPUs' numbers.
+  // CPUs left out because the kernel polls without limit there whatever the cap (a latency QoS
+  // request of 0: KernelSignals::polls_without_limit): the cap does not decide their polling.
+  std::vector<int> unlimited_cpus;
+  // Per CPU, in KernelSignals::cpus order (without the unlimited ones); cpu_ids the CPUs' numbers.
   std::vector<int> cpu_ids;
   std::vector<double> cpu_periods, cpu_halts, cpu_halt_ns, cpu_hits, cpu_ipi, cpu_poll_ns;
   // Per-tick rates weighted by the tick's length (Σ t·x, Σ t·x²) of wake-ups, halts, useful

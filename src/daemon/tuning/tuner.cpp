@@ -97,6 +97,11 @@ std::string Tuner::describe(const RungMeasurement& r) const {
                               r.halt_rate(), r.per_s(r.hits));
   if (r.ipi_skipped) s += fmt::format(", {:.0f} IPI-skipped/s", r.per_s(*r.ipi_skipped));
   s += fmt::format(", poll {:.1f}%/CPU (busiest {:.1f}%)", r.mean_poll_cpu_percent(), r.max_poll_cpu_percent());
+  if (!r.unlimited_cpus.empty()) {
+    std::string ids;
+    for (int c : r.unlimited_cpus) ids += (ids.empty() ? "" : ",") + std::to_string(c);
+    s += fmt::format(" (CPUs {} left out: they poll without limit whatever the cap)", ids);
+  }
   if (!measured_.empty() && r.ns != measured_.front().ns) {
     const Score sc = score_of(r, measured_.front());
     s += fmt::format(", objective {:.3f} ± {:.3f} CPU-s/s (gain {:.3f}, halt exits avoided {:.3f}, cost {:.3f})",
@@ -435,6 +440,10 @@ Decision Tuner::decide_step(const Observation& obs) {
   RungMeasurement t;
   t.ns = current_;
   t.add(obs.kernel);
+  if (t.cpus == 0)
+    return move(std::move(d), Rule::no_cap_reach, Action::hold, current_,
+                "every CPU polls without limit, whatever the cap (" +
+                    (obs.kernel.overrides ? obs.kernel.overrides->summary() : std::string()) + "): nothing to tune");
   if (phase_ == Phase::steady) return steady(std::move(d), t);
   if (!at_rung_ || at_rung_->ns != current_) {
     at_rung_ = RungMeasurement{};

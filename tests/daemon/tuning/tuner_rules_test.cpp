@@ -509,3 +509,35 @@ TEST_CASE("the choice says which CPUs drove it and which poll there without gain
   CHECK(t.gain_cpus() == "0-1");
   CHECK(t.paying_cpus() == "2-3");
 }
+
+TEST_CASE("a CPU that polls without limit whatever the cap (a latency QoS request of 0) is left out of the objective") {
+  auto unlimited = [](std::vector<int> cpus) {
+    return [cpus](Observation& o) {
+      PollingOverrides ov;
+      for (int c : cpus) {
+        CpuPollingOverride p;
+        p.cpu = c;
+        p.polls_without_limit = true;
+        ov.cpus.push_back(p);
+      }
+      o.kernel.overrides = ov;
+    };
+  };
+  // CPU 1 polls 100 % by a QoS request while CPU 0 runs the database client: without the
+  // override counted, 50000 would pay CPU 1's polling; left out, CPU 0's gain decides alone.
+  RungMeasurement m;
+  Observation o = synth(50000, db_client);
+  unlimited({1})(o);
+  m.add(o.kernel);
+  CHECK(m.cpus == 1);
+  CHECK(m.unlimited_cpus == std::vector<int>{1});
+  CHECK(m.wake_rate() == Approx(60000));
+  // Every CPU: nothing the cap reaches, held, said so.
+  Tuner t(TunerParams{}, 50000);
+  auto tr = drive(t, db_client, 3, 20000.0, unlimited({0, 1}));
+  INFO(tr.log());
+  for (const auto& d : tr.decisions) {
+    CHECK(d.rule == Rule::no_cap_reach);
+    CHECK(d.action == Action::hold);
+  }
+}
