@@ -130,7 +130,7 @@ Guest::Guest(GuestConfig cfg, Workload load)
     if (!advances)
       throw std::invalid_argument("thread " + t.name +
                                   ": its program never waits, sleeps or computes, so it would loop forever");
-    nsteps += t.steps.size();
+    nsteps += t.steps.size() + (t.stop_ns >= 0 ? 1 : 0);  // and the check of its end
   }
   // The programs, their samplers and the threads: they stay where they are from here on.
   ops_.reserve(nsteps);
@@ -144,7 +144,10 @@ Guest::Guest(GuestConfig cfg, Workload load)
     step_samplers_.push_back(tables_.sampler(d));
     return &step_samplers_.back();
   };
-  for (const ThreadSpec& t : load_.threads) {
+  for (const ThreadSpec& spec : load_.threads) {
+    // A thread that stops: its program starts with the check of its end.
+    ThreadSpec t = spec;
+    if (t.stop_ns >= 0) t.steps.insert(t.steps.begin(), Step{Step::Op::until, {}, 0, t.stop_ns, 0});
     const std::size_t first = ops_.size(), n = t.steps.size();
     for (const Step& s : t.steps) {
       ops_.push_back(Op{s.op, -1, s.arg, nullptr, {nullptr}, s.slack});
@@ -187,9 +190,11 @@ Guest::Guest(GuestConfig cfg, Workload load)
   for (std::size_t i = leaves_ - 1; i > 0; --i) tree_cpu_[i] = tree_cpu_[2 * i];
   dirty_ = std::make_unique<Cpu*[]>(cpus_.size());
 
-  for (Thread& t : threads_) {
+  for (std::size_t i = 0; i < threads_.size(); ++i) {
+    Thread& t = threads_[i];
     t.cpu->threads.push_back(&t);
-    t.cpu->runq.push(&t);
+    if (load_.threads[i].start_ns > 0) set_timer(t, load_.threads[i].start_ns);  // starts later
+    else t.cpu->runq.push(&t);
   }
   for (auto& c : cpus_) {
     if (k.housekeeping_gap.median_ns > 0) set(*c, housekeeping, housekeeping_gap_.draw(rng_));
@@ -428,6 +433,9 @@ const Sampler& Guest::prepare(const Dist& d) {
       case Step::Op::begin: t.begin_t = now_; break;
       case Step::Op::end:
         record(*metrics_[static_cast<std::size_t>(s.arg)], static_cast<std::uint64_t>(now_ - t.begin_t));
+        break;
+      case Step::Op::until:
+        if (now_ >= s.period) return true;  // stopped for good: on no waiter list, no timer
         break;
     }
   }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace haltpolld::des {
@@ -64,9 +65,9 @@ class Parser {
     if (!s.is_object())
       throw LoadError(at,
                       "a step is an object with one of compute_us, send, post, wait, "
-                      "sleep_period_us, sleep_exp_us, begin, end");
-    static constexpr const char* kinds[] = {"compute_us",      "send",         "post",  "wait",
-                                            "sleep_period_us", "sleep_exp_us", "begin", "end"};
+                      "sleep_period_us, sleep_exp_us, begin, end, repeat");
+    static constexpr const char* kinds[] = {"compute_us",   "send",  "post", "wait",  "sleep_period_us",
+                                            "sleep_exp_us", "begin", "end",  "repeat"};
     const char* kind = nullptr;
     for (const char* k : kinds)
       if (s.contains(k)) {
@@ -74,9 +75,23 @@ class Parser {
         kind = k;
       }
     if (!kind)
-      throw LoadError(at, "no step kind (compute_us, send, post, wait, sleep_period_us, sleep_exp_us, begin, end)");
+      throw LoadError(at,
+                      "no step kind (compute_us, send, post, wait, sleep_period_us, sleep_exp_us, begin, end, repeat)");
     const std::string k = kind;
     const std::string v = at + "/" + k;
+    if (k == "repeat") {
+      // {"repeat": N, "steps": [...]}: the steps N times in a row (a burst of round trips).
+      only(s, at, {"repeat", "steps"});
+      const double n = number(s[k], v, 1, false);
+      if (n != std::floor(n) || n > 100000) throw LoadError(v, "expected a whole number from 1 to 100000");
+      if (!s.contains("steps") || !s["steps"].is_array() || s["steps"].empty())
+        throw LoadError(at + "/steps", "expected a non-empty array of steps to repeat");
+      std::vector<Step> body;
+      for (std::size_t i = 0; i < s["steps"].size(); ++i)
+        step(s["steps"][i], at + "/steps/" + std::to_string(i), body);
+      for (int r = 0; r < static_cast<int>(n); ++r) out.insert(out.end(), body.begin(), body.end());
+      return;
+    }
     if (k == "compute_us") {
       only(s, at, {"compute_us", "sigma", "tail_p", "tail_mean_us"});
       const double sigma = s.contains("sigma") ? number(s["sigma"], at + "/sigma", 0, false) : 0.0;
@@ -157,7 +172,8 @@ LoadDescription parse_load(const std::string& text, const Calibration& cal, int 
     const std::string at = "/threads/" + std::to_string(i);
     if (!t.is_object()) throw LoadError(at, "a thread is an object with name, cpu and steps");
     for (const auto& [k, v] : t.items())
-      if (k != "name" && k != "cpu" && k != "steps") throw LoadError(at + "/" + k, "unknown key (name, cpu, steps)");
+      if (k != "name" && k != "cpu" && k != "steps" && k != "start_s" && k != "stop_s")
+        throw LoadError(at + "/" + k, "unknown key (name, cpu, steps, start_s, stop_s)");
     ThreadSpec spec;
     spec.name = t.contains("name") ? p.name(t["name"], at + "/name") : "thread" + std::to_string(i);
     if (!t.contains("cpu") || !t["cpu"].is_number_integer() || t["cpu"].get<long long>() < 0)
@@ -170,6 +186,12 @@ LoadDescription parse_load(const std::string& text, const Calibration& cal, int 
       throw LoadError(at + "/steps", "expected a non-empty array of steps");
     for (std::size_t s = 0; s < t["steps"].size(); ++s)
       p.step(t["steps"][s], at + "/steps/" + std::to_string(s), spec.steps);
+    // A thread that runs only from start_s to stop_s of virtual time (a load that changes).
+    if (t.contains("start_s")) spec.start_ns = static_cast<Ns>(p.number(t["start_s"], at + "/start_s", 0, false) * 1e9);
+    if (t.contains("stop_s")) {
+      spec.stop_ns = static_cast<Ns>(p.number(t["stop_s"], at + "/stop_s", 0, true) * 1e9);
+      if (spec.stop_ns <= spec.start_ns) throw LoadError(at + "/stop_s", "must be after start_s");
+    }
     one.threads.push_back(std::move(spec));
   }
   one.channels = static_cast<int>(p.channels.order.size());

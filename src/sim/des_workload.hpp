@@ -18,7 +18,8 @@
 namespace haltpolld::des {
 
 struct Step {
-  enum class Op : std::uint8_t { compute, post, wait, sleep_period, sleep_exp, begin, end };
+  // until: the thread stops for good once virtual time has reached `period` (ThreadSpec::stop_ns).
+  enum class Op : std::uint8_t { compute, post, wait, sleep_period, sleep_exp, begin, end, until };
   Op op = Op::compute;
   Dist d;         // compute
   int arg = 0;    // channel (post, wait) or metric (begin, end, sleep_period's lateness)
@@ -30,6 +31,10 @@ struct ThreadSpec {
   std::string name;
   int cpu = 0;
   std::vector<Step> steps;
+  // The thread runs from start_ns of virtual time (0: from boot) and stops for good at the first
+  // turn of its program at or after stop_ns (-1: never): a load that changes over time.
+  Ns start_ns = 0;
+  Ns stop_ns = -1;
 };
 
 struct Workload {

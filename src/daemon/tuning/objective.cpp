@@ -12,9 +12,10 @@ double seconds_of(std::optional<double> ns) { return ns.value_or(0) / 1e9; }
 
 // Per CPU the credited closed-loop gain of r over b (see objective.hpp) and its variance.
 struct CpuGain {
-  double gain = 0, var = 0;
+  double gain = 0, var = 0;  // var: Poisson
+  double noise_sd = 0;       // the load's own spread (correlated across CPUs)
 };
-CpuGain cpu_gain(const RungMeasurement& r, const RungMeasurement& b, std::size_t c) {
+CpuGain cpu_gain(const RungMeasurement& r, const RungMeasurement& b, std::size_t c, double nu = 0) {
   const double wr = r.per_s(r.cpu_periods[c]), wb = b.per_s(b.cpu_periods[c]);
   const double rise = wr - wb;
   if (wb <= 0 || rise <= 0) return {};
@@ -24,7 +25,9 @@ CpuGain cpu_gain(const RungMeasurement& r, const RungMeasurement& b, std::size_t
   const double credited = std::min(rise, ur - ub);
   if (credited <= 0) return {};
   const double se_r = r.count_se(r.cpu_periods[c]), se_b = b.count_se(b.cpu_periods[c]);
-  return {credited / wb, (se_r * se_r + (wr / wb) * (wr / wb) * se_b * se_b) / (wb * wb)};
+  // Relative spread nu per second on both rates: the ratio wr / wb moves by nu sqrt(1/Tr + 1/Tb).
+  const double rel = nu * std::sqrt(1 / std::max(r.seconds(), 1e-3) + 1 / std::max(b.seconds(), 1e-3));
+  return {credited / wb, (se_r * se_r + (wr / wb) * (wr / wb) * se_b * se_b) / (wb * wb), rel * wr / wb};
 }
 
 // Log of a rate with a count behind it, and the Poisson variance of that log.
@@ -57,27 +60,32 @@ Weights weights_for(const TunerParams& p) {
   return w;
 }
 
-Score score(const RungMeasurement& r, const RungMeasurement& b, std::optional<double> penalty_ns, const Weights& w) {
+Score score(const RungMeasurement& r, const RungMeasurement& b, std::optional<double> penalty_ns, const Weights& w,
+            const Noise& noise) {
   Score s;
   const double p = seconds_of(penalty_ns);
   const bool ipi = r.ipi_skipped && b.ipi_skipped;
   const double cr = ipi ? *r.ipi_skipped : r.hits, cb = ipi ? *b.ipi_skipped : b.hits;
   s.served = p * (r.per_s(cr) - b.per_s(cb));
+  const double ta = std::max(r.seconds(), 1e-3), tb = std::max(b.seconds(), 1e-3);
   double var = p * p * (std::pow(r.count_se(cr), 2) + std::pow(b.count_se(cb), 2));
+  double spread = p * noise.load * std::sqrt(std::pow(r.per_s(cr), 2) / ta + std::pow(b.per_s(cb), 2) / tb);
   const std::size_t n = std::min(r.cpu_periods.size(), b.cpu_periods.size());
   s.cpu_net.assign(n, 0.0);
   if (r.ns != b.ns) {
     for (std::size_t c = 0; c < n; ++c) {
-      const CpuGain g = cpu_gain(r, b, c);
+      const CpuGain g = cpu_gain(r, b, c, noise.load);
       s.gain += g.gain;
       var += g.var;
+      spread += g.noise_sd;
       const double du = r.per_s(ipi ? r.cpu_ipi[c] : r.cpu_hits[c]) - b.per_s(ipi ? b.cpu_ipi[c] : b.cpu_hits[c]);
       s.cpu_net[c] = g.gain + p * du - w.lambda * (r.per_s(r.cpu_poll_ns[c]) - b.per_s(b.cpu_poll_ns[c])) / 1e9;
     }
   }
   const Estimate pr = r.poll(), pb = b.poll();
   s.j.value = s.served + s.gain - w.lambda * (pr.value - pb.value);
-  s.j.se = r.ns == b.ns ? 0 : std::sqrt(var + w.lambda * w.lambda * (pr.se * pr.se + pb.se * pb.se));
+  spread += w.lambda * noise.governor * std::sqrt(pr.value * pr.value / ta + pb.value * pb.value / tb);
+  s.j.se = r.ns == b.ns ? 0 : std::sqrt(var + w.lambda * w.lambda * (pr.se * pr.se + pb.se * pb.se) + spread * spread);
   s.cost = pr.value + r.halt_rate() * p;
   if (w.budget_percent && r.max_poll_cpu_percent() > *w.budget_percent) s.eligible = false;
   if (w.latency_target_ns && penalty_ns && r.halt_share() * *penalty_ns > *w.latency_target_ns) s.eligible = false;
@@ -174,9 +182,23 @@ bool ChangeDetector::update(const RungMeasurement& tick, double threshold) {
     alarm = alarm || up_[s] > threshold || down_[s] > threshold;
     const double r = std::clamp(zr, -kClip, kClip) * sigma;
     noise2_[s] += kLearn * (std::max(0.0, r * r - poisson) * t - noise2_[s]);
+    observed2_[s] += kLearn * (std::max(0.0, r * r - poisson) * t - observed2_[s]);
   }
+  ++observations_;
   if (!alarm && ref_.ticks < kReferenceTicks) ref_.merge(tick);
   return alarm;
+}
+
+void ChangeDetector::forget_observed() noexcept {
+  for (double& o : observed2_) o = 0;
+  observations_ = 0;
+  learned_ = false;  // the next reference starts from the priors again
+}
+
+double ChangeDetector::observed_noise(int signal) const noexcept {
+  constexpr double kLearn = 0.1;
+  if (observations_ == 0) return 0;
+  return std::sqrt(observed2_[signal] / (1 - std::pow(1 - kLearn, static_cast<double>(observations_))));
 }
 
 double ChangeDetector::worst() const noexcept {

@@ -38,6 +38,13 @@
 
 namespace haltpolld {
 
+// The load's own tick-to-tick spread per second beyond Poisson (TunerParams::tick_noise and
+// governor_noise): of the load's speed (wake-ups, useful wake-ups) and of what the governor moves
+// too (halts, poll CPU).
+struct Noise {
+  double load = 0.05, governor = 0.3;
+  double of(int signal) const noexcept { return signal == 1 || signal == 2 ? governor : load; }
+};
 struct Weights {
   double lambda = 1;
   std::optional<double> budget_percent;     // busiest CPU's poll %, hard
@@ -59,8 +66,11 @@ struct Score {
 std::string cpus_where(const RungMeasurement& r, const Score& s, bool gain);
 
 // `penalty_ns` empty: P = 0. A rung is eligible when it keeps the policy's hard limits; the latency
-// limit needs P and is left to `fewest_halts` without it.
-Score score(const RungMeasurement& r, const RungMeasurement& base, std::optional<double> penalty_ns, const Weights& w);
+// limit needs P and is left to the tuner without it. The standard error counts the load's own
+// spread `noise` next to the Poisson noise of the counts (the same burst moves every CPU, so that
+// part is summed over the CPUs as one).
+Score score(const RungMeasurement& r, const RungMeasurement& base, std::optional<double> penalty_ns, const Weights& w,
+            const Noise& noise = {0, 0});
 
 // The most a rung above r could add to J(r) (above), the largest over the rungs `above`. Without a
 // measured penalty the closed-loop part is priced at kNominalPenaltyNs, the real guest's probes'
@@ -78,13 +88,6 @@ double potential(const RungMeasurement& r, const RungMeasurement& base, std::opt
 
 // The signals two measurements are compared on: wake-ups, halts, poll CPU, useful wake-ups.
 enum Signal : unsigned { kWake = 1, kHalt = 2, kPoll = 4, kUseful = 8 };
-// The load's own tick-to-tick spread per second beyond Poisson (TunerParams::tick_noise and
-// governor_noise): of the load's speed (wake-ups, useful wake-ups) and of what the governor moves
-// too (halts, poll CPU).
-struct Noise {
-  double load = 0.05, governor = 0.3;
-  double of(int signal) const noexcept { return signal == 1 || signal == 2 ? governor : load; }
-};
 // Whether two measurements describe the same load: each signal of `which` differs in log by at
 // most z standard deviations (their counts' Poisson noise plus the noise per second, on both sides).
 bool consistent(const RungMeasurement& a, const RungMeasurement& b, double z, const Noise& noise,
@@ -110,7 +113,12 @@ class ChangeDetector {
   // One steady tick at the reference's rung: true when the load changed.
   bool update(const RungMeasurement& tick, double threshold);
   const RungMeasurement& reference() const noexcept { return ref_; }
+
   double noise(int signal) const noexcept { return std::sqrt(noise2_[signal]); }
+  // The spread the steady ticks themselves showed (no prior): 0 before any.
+  double observed_noise(int signal) const noexcept;
+  // A new load: what the old one's ticks showed says nothing of it.
+  void forget_observed() noexcept;
   double worst() const noexcept;  // the largest sum, for the reason text
   int worst_signal() const noexcept;
 
@@ -118,6 +126,8 @@ class ChangeDetector {
   RungMeasurement ref_;
   bool learned_ = false;
   double noise2_[3] = {};
+  double observed2_[3] = {};  // the same average started at 0 (bias-corrected by observations_)
+  std::uint64_t observations_ = 0;
   double up_[3] = {}, down_[3] = {};
 };
 

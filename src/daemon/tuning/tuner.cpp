@@ -73,10 +73,19 @@ std::optional<std::uint32_t> Tuner::grow_start_for(std::uint32_t ns) const noexc
   return std::min(params_.kernel_grow_start_ns, std::max<std::uint32_t>(ns / 2, 1));
 }
 
-Noise Tuner::noise() const noexcept { return {params_.tick_noise, params_.governor_noise}; }
+Noise Tuner::noise() const noexcept {
+  // The priors, or what the steady ticks showed of this load's spread when it is larger.
+  return {std::max(params_.tick_noise, detector_.observed_noise(0)),
+          std::max(params_.governor_noise, std::max(detector_.observed_noise(1), detector_.observed_noise(2)))};
+}
 
 Score Tuner::score_of(const RungMeasurement& r, const RungMeasurement& base) const {
-  return score(r, base, penalty_ns_, weights_);
+  // The objective counts the spread the change detector has learned on this load's steady ticks
+  // (none before it has seen one): the priors are for telling a changed load from a noisy one, and
+  // would call every rung of a first sweep a tie.
+  const Noise learned{detector_.observed_noise(0),
+                      std::max(detector_.observed_noise(1), detector_.observed_noise(2))};
+  return score(r, base, penalty_ns_, weights_, learned);
 }
 
 std::uint32_t Tuner::rung_below(std::uint32_t ns) const {
@@ -164,6 +173,7 @@ Decision Tuner::start_sweep(Decision d, Rule rule, std::string why, const RungMe
   ticks_since_sweep_ = 0;
   base_periods_.reset();
   if (rule != Rule::confirmation_failed) retried_ = false;
+  if (rule == Rule::sweep_change || rule == Rule::sweep_unswept) detector_.forget_observed();
   if (current_ == ladder_.front()) {
     at_rung_ = tick;  // the tick just seen ran at the bottom rung: the baseline's first
     prefix_ = why + "; ";
@@ -181,7 +191,11 @@ Decision Tuner::sweep(Decision d) {
   if (measured_.empty()) {
     base_periods_ = periods_;
     // The same load as the last sweep's (its baseline agrees): its rungs stay known.
-    if (!priors_.empty() && !consistent(priors_.front(), m, params_.confidence_z, noise())) priors_.clear();
+    if (!priors_.empty() && !consistent(priors_.front(), m, params_.confidence_z, noise())) {
+      priors_.clear();
+      detector_.forget_observed();  // another load than the one the last sweep measured
+    }
+
   }
   for (const auto& p : priors_)
     if (p.ns == m.ns) m.merge(p);
@@ -301,6 +315,7 @@ Decision Tuner::confirm(Decision d) {
       retried_ = true;
       for (auto& p : priors_)
         if (p.ns == m.ns) p = m;
+
       return start_sweep(std::move(d), Rule::confirmation_failed, against, m);
     }
     // The second disagreement on the same load: its rates move more than the noise model says.

@@ -103,6 +103,7 @@ class Tuner {
   std::optional<std::uint32_t> predicted_from_;
   RungMeasurement before_prediction_;
   bool retried_ = false;  // this load's choice already failed one confirmation
+
   ChangeDetector detector_;
   bool referenced_ = false;  // the detector has a reference at current_
   std::uint64_t ticks_since_sweep_ = 0;
