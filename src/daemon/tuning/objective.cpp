@@ -40,7 +40,9 @@ LogRate log_rate(const RungMeasurement& m, int signal) {
     case 0: return {std::log((m.periods + 1) / t), 1 / (m.periods + 1)};
     case 1: return {std::log((m.halts + 1) / t), 1 / (m.halts + 1)};
     case 3: return {std::log((m.useful() + 1) / t), 1 / (m.useful() + 1)};
-    default: return {std::log(m.poll_ns / t + 1e4), 2 / (m.polls + 1)};  // 10 µs/s: no poll at all
+    // 1 ms of polling per second (a tenth of a percent of one CPU) is no polling to tell apart:
+    // the polls a lowered cap leaves running out must not read as a changed load.
+    default: return {std::log(m.poll_ns / t + 1e6), 2 / (m.polls + 1)};
   }
 }
 
