@@ -119,3 +119,36 @@ TEST_CASE("simulate --guest: predicts a described load with the calibration erro
   o.setting = "static";
   CHECK(run_simulate_guest(o, bad, why) == 2);
 }
+
+TEST_CASE("load json: repeat expands a burst, start_s and stop_s bound a thread's run", "[load]") {
+  const Calibration cal = fit_costs();
+  const std::string text = R"({"threads": [
+    {"name": "a", "cpu": 0, "stop_s": 1, "steps": [{"repeat": 3, "steps": [{"begin": "x"}, {"compute_us": 10}, {"end": "x"}]}, {"sleep_exp_us": 100}]},
+    {"name": "b", "cpu": 1, "start_s": 1, "steps": [{"begin": "y"}, {"compute_us": 10}, {"end": "y"}, {"sleep_exp_us": 100}]}]})";
+  const LoadDescription d = parse_load(text, cal, 2);
+  REQUIRE(d.load.threads.size() == 2);
+  CHECK(d.load.threads[0].steps.size() == 10);  // three times begin, compute, end; then the sleep
+  CHECK(d.load.threads[0].stop_ns == 1'000'000'000);
+  CHECK(d.load.threads[1].start_ns == 1'000'000'000);
+  // In the guest: x completes only before 1 s, y only after.
+  GuestConfig gc;
+  gc.costs = cal.costs;
+  Guest g(gc, d.load);
+  g.run_until(900'000'000);
+  const auto x_early = g.metric("x").count, y_early = g.metric("y").count;
+  CHECK(x_early > 1000);
+  CHECK(y_early == 0);
+  g.run_until(2'000'000'000);
+  CHECK(g.metric("x").count <= x_early + 3 * 2000);  // at most the burst in progress at 1 s ... and none later
+  const auto x_at_2 = g.metric("x").count;
+  CHECK(g.metric("y").count > 1000);
+  g.run_until(3'000'000'000);
+  CHECK(g.metric("x").count == x_at_2);
+  // Refused with the position: a fractional repeat, an empty one, a stop before the start.
+  CHECK_THAT(refusal(R"({"threads": [{"cpu": 0, "steps": [{"repeat": 2.5, "steps": [{"compute_us": 1}]}]}]})"),
+             Catch::Contains("/threads/0/steps/0/repeat: expected a whole number"));
+  CHECK_THAT(refusal(R"({"threads": [{"cpu": 0, "steps": [{"repeat": 2, "steps": []}]}]})"),
+             Catch::Contains("/threads/0/steps/0/steps: expected a non-empty array"));
+  CHECK_THAT(refusal(R"({"threads": [{"cpu": 0, "start_s": 2, "stop_s": 1, "steps": [{"compute_us": 1}]}]})"),
+             Catch::Contains("/threads/0/stop_s: must be after start_s"));
+}
