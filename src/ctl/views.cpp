@@ -448,7 +448,8 @@ std::string render_kernel_top(const json& stats, const json& d, const std::strin
                               : d.value("applied_pool", false) ? "applied to the pool"
                               : d.value("target", "") == "kernel" ? "in force in the kernel"
                                                                    : "not written to the kernel (target " + d.value("target", std::string("?")) + ")";
-    const std::string action = d.value("action", std::string("?"));
+    const std::string action =
+        d.value("action", std::string("?")) + (d.contains("rule") ? " [" + d.value("rule", std::string()) + "]" : "");
     const std::string change = d.value("previous_ns", json()) == d.value("guest_halt_poll_ns", json())
                                    ? action
                                    : fmt::format("{} {} → {}", action, human_value(at(d, "previous_ns"), true),

@@ -463,7 +463,8 @@ const Sampler& Guest::prepare(const Dist& d) {
         ++c.counters.wake_idle_without_ipi;
         log(now_, c, TraceEvent::Kind::wake_idle_without_ipi, 0);
       }
-      const Ns lat = steal(remote ? wake_polling_.draw(rng_) + wake_delay_.draw(rng_) : timer_in_poll_.draw(rng_));
+      const Ns lat = steal(remote ? wake_polling_.draw(rng_) + wake_delay_.draw(rng_) + 2 * trace_cost_
+                                  : timer_in_poll_.draw(rng_) + trace_cost_);
       resume(c, t, now_ + lat);
       return;
     }
@@ -471,7 +472,7 @@ const Sampler& Guest::prepare(const Dist& d) {
       if (remote) ++c.counters.ipis;
       const Ns halted_for = now_ - c.since;
       const Dist& d = remote ? cfg_.costs.halted_wake(halted_for) : cfg_.costs.halted_interrupt(halted_for);
-      const Ns lat = steal(sampler_of(d).draw(rng_) + (remote ? wake_delay_.draw(rng_) : 0));
+      const Ns lat = steal(sampler_of(d).draw(rng_) + (remote ? wake_delay_.draw(rng_) : 0) + trace_cost_);
       const double share = remote ? cfg_.costs.halted_share(halted_for) : cfg_.costs.halt_exit_share;
       set(c, halt_end, now_ + round_ns(share * static_cast<double>(lat)));
       resume(c, t, now_ + lat);

@@ -113,6 +113,10 @@ class Guest {
   const haltpoll::HaltpollParams& params() const noexcept { return params_; }
   // A cpuidle governor round trip: every CPU's limit back to 0 (polls in progress run out).
   void reset_limits();
+  // The eBPF programs' cost while attached: ns per tracepoint event on the path it fires on (a
+  // remote wake-up of a polling CPU carries two, its idle exit and sched_wake_idle_without_ipi on
+  // the waker; of a halted one, or a local wake-up, one). 0: detached.
+  void set_trace_cost(Ns per_event) noexcept { trace_cost_ = per_event; }
 
   // Kernel signals.
   int cpus() const noexcept { return static_cast<int>(cpus_.size()); }
@@ -193,6 +197,7 @@ class Guest {
   std::uint64_t processed_ = 0;
   SamplerTables tables_;
   Sampler wake_polling_, wake_delay_, timer_in_poll_, housekeeping_gap_, steal_;
+  Ns trace_cost_ = 0;
   bool steals_ = false;  // steal_probability > 0
   struct CostSampler {
     const Dist* dist;

@@ -15,7 +15,16 @@ LoopResult run_closed_loop(const LoopConfig& cfg) {
   gc.costs = cfg.costs;
   gc.params = cfg.boot;
   gc.seed = cfg.seed;
-  Guest g(gc, cfg.load);
+  Workload load = cfg.load;
+  if (cfg.tuner && cfg.tick_work_ns > 0) {
+    // The daemon itself: woken by its tick's timer on vCPU 0, it reads the counters and decides.
+    Workload daemon{"haltpolld", {}, 0, {"haltpolld_tick"}};
+    daemon.threads.push_back({"haltpolld", 0,
+                              {step::sleep_period(static_cast<Ns>(cfg.interval_ms) * 1'000'000, 50'000, 0),
+                               step::compute(Dist::constant(static_cast<double>(cfg.tick_work_ns)))}});
+    load.add(daemon);
+  }
+  Guest g(gc, load);
   LoopResult out;
   const CellMeter whole(g, cfg.metric);
   std::optional<CellMeter> late;
@@ -60,6 +69,7 @@ LoopResult run_closed_loop(const LoopConfig& cfg) {
   while (next <= cfg.duration) {
     run_to(next);
     const Decision d = ctl.tick();
+    g.set_trace_cost(signals->attached() ? cfg.ebpf_event_ns : 0);
     LoopTick t;
     t.t = g.now();
     t.cap_ns = g.params().guest_halt_poll_ns;

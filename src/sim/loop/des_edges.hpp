@@ -55,6 +55,8 @@ class DesSignals final : public KernelSignalSource {
   // Ticks that carried the eBPF signals, for the reports.
   std::uint64_t traced_ticks() const noexcept { return traced_ticks_; }
   std::uint64_t ticks() const noexcept { return ticks_; }
+  // The eBPF programs are attached for the next tick.
+  bool attached() const noexcept { return o_.ebpf && attached_; }
 
  private:
   const Guest& g_;
