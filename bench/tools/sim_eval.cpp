@@ -113,9 +113,10 @@ void run(Cell& c, const LoadDescription& d, const Calibration& cal) {
   row["seconds"] = c.seconds;
   const double per_copy_ops = w.seconds > 0 ? static_cast<double>(w.ops) / w.seconds / d.copies : 0;
   const Metric m = metric_of(c.load);
-  if (m.key == std::string("us_per_op") || m.key == std::string("fanout_us")) row[m.key] = w.result_mean_us;
-  else if (m.key == std::string("throughput_per_s")) row[m.key] = per_copy_ops;
-  else if (m.key) row[m.key] = w.result_p50_us;
+  const std::string key = m.key ? m.key : "";
+  if (key == "us_per_op" || key == "fanout_us") row[key] = w.result_mean_us;
+  else if (key == "throughput_per_s") row[key] = per_copy_ops;
+  else if (!key.empty()) row[key] = w.result_p50_us;
   row["poll_cpu_percent_per_cpu"] = w.poll_percent_per_cpu;
   row["poll_cpu_percent_busiest"] = w.poll_percent_busiest;
   row["halts_per_s"] = w.halts_per_s;
