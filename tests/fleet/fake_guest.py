@@ -3,7 +3,7 @@
 
 The daemon under test reads the tree as it reads the real one (config key "sysfs_root"); this
 script only plays the kernel's part: it creates the files the daemon reads (haltpoll module
-parameters, cpuidle driver and governor, per-CPU states POLL and haltpoll, /proc/stat) and then,
+parameters, cpuidle driver and governors, per-CPU states POLL and haltpoll, /proc/stat) and then,
 every --step seconds until killed or --seconds have passed, adds the per-second rates of a
 profile to the counters. Each file is replaced by rename, so that a reader never sees half a number.
 
@@ -79,6 +79,7 @@ def main():
             write(root, "sys/module/haltpoll/parameters/" + name, v)
     write(root, "sys/devices/system/cpu/cpuidle/current_driver", "haltpoll")
     write(root, "sys/devices/system/cpu/cpuidle/current_governor", a.governor)
+    write(root, "sys/devices/system/cpu/cpuidle/available_governors", "ladder menu haltpoll ")
     write(root, "sys/devices/system/cpu/online", "0" if a.cpus == 1 else "0-%d" % (a.cpus - 1))
     for c in range(a.cpus):
         for k, name in enumerate(("POLL", "haltpoll")):
