@@ -105,6 +105,18 @@ def mean(v):
     return sum(v) / len(v) if v else None
 
 
+# Rows without "metric" (the evaluation before its metric field, and bench_sim_eval's rows in that
+# format): the metric each synthetic load always had.
+LEGACY = {"pipe": ("us_per_op", "lower"), "rr": ("throughput_per_s", "higher"), "db": ("throughput_per_s", "higher"),
+          "timer": ("late_p50_us", "lower"), "poisson": ("rtt_p50_us", "lower")}
+
+
+def legacy_metric(r):
+    if "metric" not in r and r.get("load") in LEGACY:
+        key, better = LEGACY[r["load"]]
+        r.update({"metric": r.get(key), "better": better, "metric_name": key})
+
+
 class Run:
     def __init__(self, out):
         self.out = out
@@ -114,6 +126,7 @@ class Run:
         self.cell = {}
         self.settings, self.loads = [], []
         for r in self.rows:
+            legacy_metric(r)
             self.cell[(r["load"], r["setting"], r["round"])] = r
             if r["setting"] not in self.settings:
                 self.settings.append(r["setting"])
@@ -296,7 +309,8 @@ def judge_cost(run, load, rng):
             e["daemon_cpu"] = mean([p[0] for p in cpu])
             e["daemon_cpu_ci"] = bootstrap(cpu, lambda ps: mean([p[0] for p in ps]), rng)
             e["bpf_counted"] = any(run.value(load, s, r, "bpf_cpu_percent_of_one_cpu") is not None for r in rounds)
-            parts.append(bound_verdict(e["daemon_cpu"], e["daemon_cpu_ci"], DAEMON_CPU, 1.5 * DAEMON_CPU))
+            if cpu:  # (rows of bench_sim_eval have no daemon CPU)
+                parts.append(bound_verdict(e["daemon_cpu"], e["daemon_cpu_ci"], DAEMON_CPU, 1.5 * DAEMON_CPU))
         failed = daemon_failures(run, load, s)
         if failed:
             e["verdict"], e["why"] = NOT_MET, f"the daemon did not run through round(s) {failed}"

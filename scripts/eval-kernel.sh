@@ -8,9 +8,9 @@
 # - Settings: the static ladder guest_halt_poll_ns = 0 30000 50000 75000 100000 200000 400000 and the
 #   daemon's policies balanced, budget and latency (haltpolld in kernel mode, every cell its own
 #   state directory and socket under a temporary directory). 10000 and 20000 are left out: on this
-#   guest 10000 measured as 0 on every load and 20000 below 30000 on every closed loop at no lower
-#   cost than 0 on the others (2026-12-01), so neither can be the best static nor the static that
-#   meets every target; 75000 is in because it is the one value that might (the timer's idle
+#   guest 10000 measured as 0 on every load and 20000 ran the pipe 2.5 x slower than the best static
+#   and every closed loop below 30000 (2026-12-01), so neither can be the best static nor the static
+#   that meets every target; 75000 is in because it is the one value that might (the timer's idle
 #   periods are 150 us long, the database's need 100000).
 # - Loads (LOADS): the 150 us timer, Poisson 2000/s and the idle guest (where polling cannot pay:
 #   their targets are poll CPU and latency against cap 0), and the applications, each server pinned
@@ -34,7 +34,10 @@
 #   load for STATIC_SECONDS (5). A daemon cell: the governor reset, then haltpolld started at the
 #   same moment as the load and the whole DAEMON_SECONDS (30) measured: the daemon's start, its
 #   search and its probes count, no warm-up is dropped. A static is in force from the first
-#   microsecond, so its shorter cell measures the same thing with more noise.
+#   microsecond, so its shorter cell measures the same thing with more noise. sockperf's cell
+#   starts when its client starts the test (it sleeps 2 s first) and ends with it; memaslap, which
+#   idles a second after its run before printing, runs longer and is stopped after the total of
+#   the cell's last second. Poll CPU is the POLL-state residency per CPU over the cell.
 # - Rounds: at least MIN_ROUNDS (3); then, while a verdict the run stops on is undecided
 #   (`eval-kernel-report.py --undecided`), another round of only the loads whose verdicts are
 #   undecided, until MAX_ROUNDS (8) or the time budget BUDGET_MINUTES (90, the whole run: a block
@@ -45,11 +48,13 @@
 # - kill -9 of a daemon that changed the values, a restart with the same state directory, and a
 #   check that the values found are back before its first tick.
 # - Time on a 2-vCPU guest, estimated from the cell lengths and the per-cell costs the smoke run
-#   measured (about 1 s per cell for the reset, the counters, the row and the daemon's start and
-#   stop; 2 s per application block, 5 s for MariaDB's): per load 3 x (30 + 1.5) + 7 x (5 + 1)
-#   = 136.5 s, 11 loads = 25 min a round, 3 rounds 75 min, the load-change run 5 x 60 s = 5 min,
-#   MariaDB's data directory and table 0.5 min: about 81 min; what is left of the 90 goes to
-#   extra blocks of undecided loads. The script prints its own estimate at the start.
+#   measured (about 1 s per static cell and 1.5 s per daemon cell for the reset, the quiet check,
+#   the counters, the row and the daemon's start and stop; 2 s per application block, 5 s for
+#   MariaDB's; 2.2 s more per sockperf cell): per load 3 x (30 + 1.5) + 7 x (5 + 1) = 136.5 s,
+#   11 loads about 25 min a round, 3 rounds 76 min, the load-change run 5 x 62 s x 1.1 = 6 min,
+#   MariaDB's data directory and table 0.5 min: about 83 min; what is left of the 90 goes to
+#   blocks of undecided loads. The script prints its estimate at the start (EVAL_ESTIMATE=1:
+#   only that, for any LOADS and SETTINGS).
 # The report (scripts/eval-kernel-report.py) chooses each load's best static on the rounds of one
 # parity and judges every setting against it on the rounds of the other (both ways), with a
 # bootstrap 95 % interval over rounds, paired by round.
@@ -69,7 +74,7 @@
 #      CHANGE_SECONDS, CHANGE_SETTINGS, SKIP_CHANGE=1, SKIP_KILL=1, RR_ARGS ("-w 20 -t 10"),
 #      DB_ARGS ("-w 60 -t 60"), STOP_SETTINGS (balanced: the settings whose verdicts must be
 #      decided, besides "no static value meets them all"), MARIADB_ROWS (10000),
-#      EVAL_SMOKE=1 [EVAL_FAKE_ROOT=dir].
+#      EVAL_SMOKE=1 [EVAL_FAKE_ROOT=dir], EVAL_ESTIMATE=1.
 # Needs root (not in smoke mode), perf (linux-perf), python3, the applications of
 # `scripts/install-deps.sh --eval`, gnuplot for the plot.
 set -euo pipefail
@@ -112,6 +117,35 @@ NAMES=(guest_halt_poll_ns guest_halt_poll_grow guest_halt_poll_grow_start guest_
 T_START=$(date +%s)
 IS_ROOT=0
 [ "$(id -u)" = 0 ] && IS_ROOT=1
+
+is_policy() { case ${1%%_*} in balanced | budget | latency) return 0 ;; esac; return 1; }
+app_of() {
+  case $1 in
+    sockperf*) echo sockperf ;; redis_*) echo redis ;; nginx_*) echo nginx ;;
+    memcached_*) echo memcached ;; mariadb*) echo mariadb ;; *) echo "" ;;
+  esac
+}
+
+# ---- time: the estimate, and the budget of extra rounds ----
+n_pol=0 n_stat=0
+for s in $SETTINGS; do if is_policy "$s"; then n_pol=$((n_pol + 1)); else n_stat=$((n_stat + 1)); fi; done
+n_change=0
+[ "${SKIP_CHANGE:-0}" = 1 ] || n_change=$(echo $CHANGE_SETTINGS | wc -w)
+# block_estimate <load>: seconds, with the per-cell costs the smoke run measured.
+block_estimate() {
+  local extra=0 cell=0
+  case $(app_of "$1") in mariadb) extra=5 ;; "") extra=0 ;; *) extra=2 ;; esac
+  # sockperf waits 2 s before its test, memaslap is stopped 0.3 s after its last total.
+  case $1 in sockperf*) cell=2.2 ;; memcached*) cell=0.3 ;; esac
+  awk -v p=$n_pol -v s=$n_stat -v d="$DAEMON_SECONDS" -v st="$STATIC_SECONDS" -v e=$extra -v c=$cell \
+    'BEGIN { printf "%d", p * (d + 1.5 + c) + s * (st + 1 + c) + e }'
+}
+CHANGE_EST=$(( n_change * (4 * CHANGE_SECONDS + 2) * 11 / 10 ))
+round_est=0
+for load in $LOADS; do round_est=$(( round_est + $(block_estimate "$load") )); done
+echo "eval-kernel: estimate: $(( round_est / 60 )) min a round, $(( (MIN_ROUNDS * round_est + CHANGE_EST + 30) / 60 )) min for the $MIN_ROUNDS rounds at least run and the load-change run; budget $BUDGET_MINUTES min" >&2
+[ "${EVAL_ESTIMATE:-0}" != 1 ] || exit 0  # the estimate only
+
 
 # ---- the tree written: the real /sys, or a fake one (smoke mode) ----
 FAKE_GUEST_PID=""
@@ -328,17 +362,17 @@ now_ns() { date +%s%N; }
 # Idle jiffies of all CPUs (idle + iowait), from /proc/stat (the fake tree's in smoke mode).
 idle_jiffies() { awk '/^cpu /{print $5+$6}' "$PROC_STAT"; }
 # wait_quiet: haltpoll only acts when a CPU goes idle, so a machine kept busy by others (compiles)
-# measures nothing. Waits up to QUIET_WAIT seconds for half a second in which the CPUs are at least
-# QUIET_IDLE_PERCENT idle; proceeds anyway after that (each row records its idle share).
+# measures nothing. Waits up to QUIET_WAIT seconds for a quarter of a second in which the CPUs are at
+# least QUIET_IDLE_PERCENT idle; proceeds anyway after that (each row records its idle share).
 HZ=$(getconf CLK_TCK)
 wait_quiet() {
   [ "$QUIET_WAIT" -gt 0 ] || return 0
   local end=$(( $(date +%s) + QUIET_WAIT )) i0 i1
   while :; do
-    i0=$(idle_jiffies); sleep 0.5; i1=$(idle_jiffies)
-    [ $(( (i1 - i0) * 200 )) -ge $(( QUIET_IDLE_PERCENT * HZ * NCPU )) ] && return 0
+    i0=$(idle_jiffies); sleep 0.25; i1=$(idle_jiffies)
+    [ $(( (i1 - i0) * 400 )) -ge $(( QUIET_IDLE_PERCENT * HZ * NCPU )) ] && return 0
     if [ "$(date +%s)" -ge "$end" ]; then
-      echo "eval-kernel: warning: CPUs only $(( (i1 - i0) * 200 / (HZ * NCPU) ))% idle after ${QUIET_WAIT}s of waiting; measuring anyway" >&2
+      echo "eval-kernel: warning: CPUs only $(( (i1 - i0) * 400 / (HZ * NCPU) ))% idle after ${QUIET_WAIT}s of waiting; measuring anyway" >&2
       return 0
     fi
   done
@@ -405,7 +439,6 @@ start_policy() {
   case $s in *_trace*) extra=", \"steady_trace_every\": ${s##*_trace}"; s=${s%%_trace*} ;; esac
   start_daemon "$s" "$2" "$extra" "$probe"
 }
-is_policy() { case ${1%%_*} in balanced | budget | latency) return 0 ;; esac; return 1; }
 
 # ---- the applications: each server started unprivileged on loopback, its own directory and port ----
 as_app() { if [ "$IS_ROOT" = 1 ]; then setpriv --reuid="$APP_UID" --regid="$APP_GID" --clear-groups "$@"; else "$@"; fi; }
@@ -446,12 +479,6 @@ server() {
   echo "$! $*" >> "$OUT/servers.txt"  # the smoke test checks that none outlives the run
 }
 MARIADB_READY=0
-app_of() {
-  case $1 in
-    sockperf*) echo sockperf ;; redis_*) echo redis ;; nginx_*) echo nginx ;;
-    memcached_*) echo memcached ;; mariadb*) echo mariadb ;; *) echo "" ;;
-  esac
-}
 # app_start <app>: the server of a block; sets PORT.
 app_start() {
   local d="$APPS/$1"
@@ -756,24 +783,6 @@ run_block() {
   put_back
 }
 
-# ---- time: the estimate, and the budget of extra rounds ----
-n_pol=0 n_stat=0
-for s in $SETTINGS; do if is_policy "$s"; then n_pol=$((n_pol + 1)); else n_stat=$((n_stat + 1)); fi; done
-n_change=0
-[ "${SKIP_CHANGE:-0}" = 1 ] || n_change=$(echo $CHANGE_SETTINGS | wc -w)
-# block_estimate <load>: seconds, with the per-cell costs the smoke run measured.
-block_estimate() {
-  local extra=0 cell=0
-  case $(app_of "$1") in mariadb) extra=5 ;; "") extra=0 ;; *) extra=2 ;; esac
-  # sockperf waits 2 s before its test, memaslap is stopped 0.3 s after its last total.
-  case $1 in sockperf*) cell=2.2 ;; memcached*) cell=0.3 ;; esac
-  awk -v p=$n_pol -v s=$n_stat -v d="$DAEMON_SECONDS" -v st="$STATIC_SECONDS" -v e=$extra -v c=$cell \
-    'BEGIN { printf "%d", p * (d + 1.5 + c) + s * (st + 1 + c) + e }'
-}
-CHANGE_EST=$(( n_change * (4 * CHANGE_SECONDS + 2) * 11 / 10 ))
-round_est=0
-for load in $LOADS; do round_est=$(( round_est + $(block_estimate "$load") )); done
-echo "eval-kernel: estimate: $(( round_est / 60 )) min a round, $(( (MIN_ROUNDS * round_est + CHANGE_EST + 30) / 60 )) min for the $MIN_ROUNDS rounds at least run and the load-change run; budget $BUDGET_MINUTES min" >&2
 declare -A BLOCK_S
 fits() { # fits <load>: whether the load's block ends within the budget, the load-change run reserved
   local est=${BLOCK_S[$1]:-$(block_estimate "$1")}
