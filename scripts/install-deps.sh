@@ -75,12 +75,36 @@ for p in "${pkgs[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
+# ...and none is left enabled: the systemd units are disabled offline (systemctl --root works
+# without systemd as PID 1, as in a container), the SysV links turned to K links. Run on every
+# --eval, also when nothing was missing. A server of theirs found running is named, not stopped.
+disable_eval_services() {
+  [ "$want_eval" = 1 ] || return 0
+  local s
+  for s in "${eval_services[@]}"; do
+    if [ -e "/lib/systemd/system/$s.service" ] && command -v systemctl >/dev/null; then
+      $sudo systemctl --root=/ --quiet disable "$s.service" 2>/dev/null || true
+    fi
+    if [ -e "/etc/init.d/$s" ] && command -v update-rc.d >/dev/null; then
+      $sudo update-rc.d "$s" disable >/dev/null 2>&1 || true
+    fi
+  done
+  for s in redis-server nginx memcached mariadbd; do
+    if pgrep -x "$s" >/dev/null; then
+      echo "install-deps: note: a $s is running (not started by this script; scripts/eval-kernel.sh starts its own)" >&2
+    fi
+  done
+}
 sudo=""
-if [ "$(id -u)" != 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
-  sudo="sudo"
+[ "$(id -u)" = 0 ] || ! command -v sudo >/dev/null || sudo="sudo"
+if [ ${#missing[@]} -eq 0 ]; then
+  disable_eval_services
+  exit 0
+fi
+
+if [ "$(id -u)" != 0 ] && [ -z "$sudo" ]; then
+  echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2
+  exit 1
 fi
 echo "install-deps: installing ${missing[*]}" >&2
 if [ "$want_arm64" = 1 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
@@ -100,15 +124,4 @@ if [ "$want_eval" = 1 ]; then
   trap '$sudo rm -f "$policy"; [ -e "$policy.install-deps" ] && $sudo mv "$policy.install-deps" "$policy"' EXIT
 fi
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-if [ "$want_eval" = 1 ]; then
-  # ...and none is left enabled: the systemd units are disabled offline (systemctl --root works
-  # without systemd as PID 1, as in a container), the SysV links turned to K links.
-  for s in "${eval_services[@]}"; do
-    if [ -e "/lib/systemd/system/$s.service" ] && command -v systemctl >/dev/null; then
-      $sudo systemctl --root=/ --quiet disable "$s.service" 2>/dev/null || true
-    fi
-    if [ -e "/etc/init.d/$s" ] && command -v update-rc.d >/dev/null; then
-      $sudo update-rc.d "$s" disable >/dev/null 2>&1 || true
-    fi
-  done
-fi
+disable_eval_services
