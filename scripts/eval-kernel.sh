@@ -147,6 +147,31 @@ echo "eval-kernel: estimate: $(( round_est / 60 )) min a round, $(( (MIN_ROUNDS 
 [ "${EVAL_ESTIMATE:-0}" != 1 ] || exit 0  # the estimate only
 
 
+DAEMON="$BUILD/src/daemon/haltpolld"
+B="$BUILD/bench"
+for bin in "$DAEMON" "$B/bench_load_rr" "$B/bench_load_timer" "$B/bench_load_poisson"; do
+  [ -x "$bin" ] || { echo "eval-kernel: $bin missing; build haltpolld and the bench_load_* targets" >&2; exit 1; }
+done
+
+# The commands each load needs (scripts/install-deps.sh --eval installs the applications).
+load_tools() {
+  case $1 in
+    pipe) echo perf ;;
+    sockperf*) echo sockperf ;;
+    redis_*) echo redis-server redis-benchmark ;;
+    nginx_*) echo nginx wrk ;;
+    memcached_*) echo memcached memcaslap ;;
+    mariadb*) echo mariadbd mariadb-install-db mariadb sysbench ;;
+  esac
+}
+PATH="$PATH:/usr/sbin:/sbin"  # nginx and mariadbd
+missing=""
+for load in $LOADS; do
+  for t in $(load_tools "$load"); do command -v "$t" >/dev/null || missing="$missing $t"; done
+done
+[ "${SKIP_CHANGE:-0}" = 1 ] || command -v perf >/dev/null || missing="$missing perf"
+[ -z "$missing" ] || { echo "eval-kernel: missing:$missing (scripts/install-deps.sh --eval; perf: linux-perf)" >&2; exit 1; }
+
 # ---- the tree written: the real /sys, or a fake one (smoke mode) ----
 FAKE_GUEST_PID=""
 if [ "$SMOKE" = 1 ]; then
@@ -207,30 +232,6 @@ if [ "$SMOKE" != 1 ]; then
   [ "$IS_ROOT" = 1 ] || { echo "eval-kernel: needs root (writes $P)" >&2; exit 1; }
 fi
 [ -d "$P" ] || { echo "eval-kernel: $P does not exist" >&2; exit 1; }
-DAEMON="$BUILD/src/daemon/haltpolld"
-B="$BUILD/bench"
-for bin in "$DAEMON" "$B/bench_load_rr" "$B/bench_load_timer" "$B/bench_load_poisson"; do
-  [ -x "$bin" ] || { echo "eval-kernel: $bin missing; build haltpolld and the bench_load_* targets" >&2; exit 1; }
-done
-
-# The commands each load needs (scripts/install-deps.sh --eval installs the applications).
-load_tools() {
-  case $1 in
-    pipe) echo perf ;;
-    sockperf*) echo sockperf ;;
-    redis_*) echo redis-server redis-benchmark ;;
-    nginx_*) echo nginx wrk ;;
-    memcached_*) echo memcached memcaslap ;;
-    mariadb*) echo mariadbd mariadb-install-db mariadb sysbench ;;
-  esac
-}
-PATH="$PATH:/usr/sbin:/sbin"  # nginx and mariadbd
-missing=""
-for load in $LOADS; do
-  for t in $(load_tools "$load"); do command -v "$t" >/dev/null || missing="$missing $t"; done
-done
-[ "${SKIP_CHANGE:-0}" = 1 ] || command -v perf >/dev/null || missing="$missing perf"
-[ -z "$missing" ] || { echo "eval-kernel: missing:$missing (scripts/install-deps.sh --eval; perf: linux-perf)" >&2; exit 1; }
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 
