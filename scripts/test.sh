@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-dev}"
+# Never --eval: the evaluation's applications are not CI's (ctest's eval_smoke skips without them).
 case "$preset" in
   aarch64|aarch64-debug) scripts/install-deps.sh --arm64 ;;
   arm64-vm) scripts/install-deps.sh --arm64-vm ;;

@@ -3,7 +3,7 @@
 
 The daemon under test reads the tree as it reads the real one (config key "sysfs_root"); this
 script only plays the kernel's part: it creates the files the daemon reads (haltpoll module
-parameters, cpuidle driver and governor, per-CPU states POLL and haltpoll, /proc/stat, the present
+parameters, cpuidle driver and governors, per-CPU states POLL and haltpoll, /proc/stat, the present
 and online CPU lists, each CPU's pm_qos_resume_latency_us, dev/cpu_dma_latency with the kernel's
 s32 and, with --qos-holder, a process in proc/ holding it open) and then,
 every --step seconds until killed or --seconds have passed, adds the per-second rates of a
@@ -100,6 +100,7 @@ def main():
             write(root, "sys/module/haltpoll/parameters/" + name, v)
     write(root, "sys/devices/system/cpu/cpuidle/current_driver", "haltpoll")
     write(root, "sys/devices/system/cpu/cpuidle/current_governor", a.governor)
+    write(root, "sys/devices/system/cpu/cpuidle/available_governors", "ladder menu haltpoll ")
     cpu_list = "0" if a.cpus == 1 else "0-%d" % (a.cpus - 1)
     write(root, "sys/devices/system/cpu/online", cpu_list)
     write(root, "sys/devices/system/cpu/present", cpu_list)
