@@ -245,6 +245,7 @@ void report(const std::map<int, std::vector<const Cell*>>& by_cpus, const std::v
       std::map<std::string, std::map<int, const Cell*>> at;
       for (const Cell* c : cs)
         if (c->load == load) at[c->setting][c->seed] = c;
+      if (at.empty()) continue;  // not run at this size (it spans more vCPUs)
       // The best static by its mean over the seeds.
       // The reference: the best static by its mean over the seeds; for the timer cap 0, as the real
       // evaluation's target judges it (its lateness at cap 0 against poll CPU spent to shorten it).
