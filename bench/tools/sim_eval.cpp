@@ -11,7 +11,7 @@
 // static (per seed, paired) with its 95 % confidence interval over the seeds.
 //
 //   bench_sim_eval [--out DIR] [--cpus 2,8,32,64] [--seeds N] [--seconds S] [--threads T]
-//                  [--loads pipe,rr,...] [--big-seeds N] [--big-seconds S]
+//                  [--loads pipe,rr,...] [--settings static_0,...,balanced] [--big-seeds N] [--big-seconds S]
 //   bench_sim_eval --report DIR   the tables again from DIR/cpus-N/loads.jsonl
 // --big-*: seeds and seconds for 32 vCPUs and more (their cells cost 16-32 times more).
 #include "sim/des_calibration.hpp"
@@ -256,6 +256,7 @@ void report(const std::map<int, std::vector<const Cell*>>& by_cpus, const std::v
       } else if (m.key) {
         for (auto v : kLadder) {
           const std::string st = "static_" + std::to_string(v);
+          if (at[st].empty()) continue;  // not in this run's settings
           double sum = 0;
           for (auto& [s, c] : at[st]) sum += c->row[m.key].get<double>();
           const double mean = sum / static_cast<double>(at[st].size());
@@ -322,6 +323,7 @@ double ci_of(const std::vector<double>& v) {
 int main(int argc, char** argv) {
   std::string report_dir, out = "sim-eval", cpus_s = "2,8,32,64",
               loads_s = "pipe,rr,db,clients,fanout,timer,poisson,bursty,idle,mix,mix-opposite,change";
+  std::string settings_s;  // empty: the whole ladder and every policy
   int seeds = 5, big_seeds = 2, threads = 2;
   double seconds = 10, big_seconds = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -329,6 +331,7 @@ int main(int argc, char** argv) {
     if (k == "--out") out = v;
     else if (k == "--cpus") cpus_s = v;
     else if (k == "--loads") loads_s = v;
+    else if (k == "--settings") settings_s = v;
     else if (k == "--seeds") seeds = std::stoi(v);
     else if (k == "--big-seeds") big_seeds = std::stoi(v);
     else if (k == "--seconds") seconds = std::stod(v);
@@ -344,6 +347,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> settings;
   for (auto v : kLadder) settings.push_back("static_" + std::to_string(v));
   settings.insert(settings.end(), kPolicies.begin(), kPolicies.end());
+  if (!settings_s.empty()) settings = split(settings_s);
   const auto loads = split(loads_s);
   if (!report_dir.empty()) {
     // The tables again from the loads.jsonl of an earlier run.

@@ -146,19 +146,17 @@ Decision Tuner::move(Decision d, Rule rule, Action a, std::uint32_t to, std::str
 
 std::optional<std::size_t> Tuner::next_rung(std::size_t after) const {
   const RungMeasurement& base = measured_.front();
-  std::size_t prev = after;
   for (std::size_t i = after + 1; i < ladder_.size(); ++i) {
     if (ceiling_ && ladder_[i] >= *ceiling_) return std::nullopt;
     if (i + 1 == ladder_.size()) return i;  // the top is always tried
     if (base_periods_) {
       // A rung predicted to catch no more periods than the one below it changes nothing, open
       // loop or closed (a closed loop speeds up only once some of its periods are caught).
-      const double below = predict_cap(*base_periods_, ladder_[prev]).hits;
+      const double below = predict_cap(*base_periods_, ladder_[after]).hits;
       if (predict_cap(*base_periods_, ladder_[i]).hits - below <= params_.confidence_z * std::sqrt(below + 1)) continue;
     } else if (ladder_[i] < kSkipBelowMeanHalt * base.mean_halt_ns()) {
       continue;
     }
-    prev = i;
     return i;
   }
   return std::nullopt;
@@ -174,10 +172,17 @@ Decision Tuner::start_sweep(Decision d, Rule rule, std::string why, const RungMe
   base_periods_.reset();
   if (rule != Rule::confirmation_failed) retried_ = false;
   if (rule == Rule::sweep_change || rule == Rule::sweep_unswept) detector_.forget_observed();
-  if (current_ == ladder_.front()) {
+  if (current_ == ladder_.front() && !tick_detached_) {
     at_rung_ = tick;  // the tick just seen ran at the bottom rung: the baseline's first
     prefix_ = why + "; ";
     return sweep(std::move(d));
+  }
+  if (current_ == ladder_.front()) {
+    // That tick ran with the eBPF programs detached (a steady one): the rungs are measured with
+    // them, and the baseline must be measured the same way, on a tick of the sweep's pace.
+    at_rung_.reset();
+    return move(std::move(d), rule, Action::hold, current_,
+                why + "; sweep: baseline at " + std::to_string(current_) + " ns, on the next tick");
   }
   return move(std::move(d), rule, Action::shrink, ladder_.front(),
               why + fmt::format("; sweep: baseline at {} ns first", ladder_.front()));
@@ -195,7 +200,6 @@ Decision Tuner::sweep(Decision d) {
       priors_.clear();
       detector_.forget_observed();  // another load than the one the last sweep measured
     }
-
   }
   for (const auto& p : priors_)
     if (p.ns == m.ns) m.merge(p);
@@ -428,6 +432,7 @@ Decision Tuner::decide_step(const Observation& obs) {
   if (growth_block_ticks_ > 0) --growth_block_ticks_;
   penalty_ns_ = obs.halt_exit_penalty_ns;
   periods_ = obs.kernel.periods;
+  tick_detached_ = !obs.kernel.bpf_detached.empty();
   periods_s_ = static_cast<double>(obs.kernel.elapsed_ns) / 1e9;
 
   if (obs.kernel.counters == KernelSignals::Counters::tracepoint)

@@ -115,6 +115,7 @@ class Tuner {
   std::optional<double> penalty_ns_;
   std::optional<IdlePeriodHistograms> periods_;  // the tick's
   double periods_s_ = 0;                         // ... over this many seconds
+  bool tick_detached_ = false;  // the tick's eBPF programs were loaded but detached
   std::string prefix_;  // said before the reason of this tick's decision (why a sweep started)
   bool decided_ = false;  // a decision since the last reset
   std::string gain_cpus_, paying_cpus_;

@@ -380,6 +380,39 @@ TEST_CASE("resweep_after_ticks: a steady load with frequent halts is swept again
   CHECK(periodic - start == 40);
 }
 
+TEST_CASE("a sweep that starts at the bottom on a tick without the eBPF programs measures its baseline on the next") {
+  // The rungs above are measured with the programs attached (each caught period seen); a baseline
+  // from a steady tick without them would be judged on other counters.
+  TunerParams p;
+  p.resweep_after_ticks = 20;
+  p.steady_trace_every = 7;
+  Tuner t(p, 0);
+  Trace tr;
+  std::vector<bool> detached, want_after;
+  for (int i = 0; i < 120; ++i) {
+    Observation o = synth(t.current_ns(), timer150, static_cast<std::uint64_t>(i));
+    detached.push_back(i > 0 && !want_after.back());
+    if (detached.back()) o.kernel.bpf_detached = "steady tick";
+    const Decision d = t.decide(o);
+    tr.values.push_back(d.guest_halt_poll_ns);
+    tr.decisions.push_back(d);
+    want_after.push_back(t.wants_kernel_trace());
+  }
+  INFO(tr.log());
+  int on_detached = 0;
+  for (std::size_t i = 0; i + 1 < tr.decisions.size(); ++i) {
+    if (tr.decisions[i].rule != Rule::sweep_periodic) continue;
+    INFO("decision " << i);
+    REQUIRE(detached[i]);  // steady ticks of this load run detached
+    ++on_detached;
+    CHECK(tr.decisions[i].action == Action::hold);  // no rung measured on that tick
+    CHECK(tr.values[i] == 0);
+    CHECK(want_after[i]);                            // the next tick is traced ...
+    CHECK(tr.decisions[i + 1].rule == Rule::climb);  // ... and is the baseline the climb starts from
+  }
+  CHECK(on_detached >= 2);
+}
+
 TEST_CASE("confidence_z: the cheaper of two rungs is chosen only while their objectives are within z standard errors") {
   // A closed loop: 25000 runs it at 100000 wake-ups/s per CPU for 8 % poll, 2000 halts/s;
   // 50000 at 101000/s, 1000 halts/s, for 12 %. 50000's objective is higher by its 2 % more gain
