@@ -169,6 +169,7 @@ void report_mix(const std::vector<const Cell*>& cs, int n, const std::vector<std
     std::string end;
     for (auto& [seed, c] : at[st]) {
       const double thr = c->row["throughput_per_s"].get<double>();
+      if (!at["static_0"].count(seed)) continue;  // cap 0 not run with this seed
       const double thr0 = at["static_0"][seed]->row["throughput_per_s"].get<double>();
       const double poll = c->row["poll_cpu_percent_per_cpu"].get<double>();
       js.push_back((thr / thr0 - 1) * (n / 2.0) - poll / 100 * n);
@@ -236,8 +237,15 @@ void report(const std::map<int, std::vector<const Cell*>>& by_cpus, const std::v
   for (const auto& [n, cs] : by_cpus) {
     std::set<int> seeds;
     for (const Cell* c : cs) seeds.insert(c->seed);
-    std::printf("\n### %d vCPUs (%zu seeds, %.0f s per cell, search included)\n\n", n, seeds.size(),
-                cs.empty() ? 0.0 : cs.front()->seconds);
+    double shortest = 0, longest = 0;
+    for (const Cell* c : cs) {
+      shortest = shortest == 0 ? c->seconds : std::min(shortest, c->seconds);
+      longest = std::max(longest, c->seconds);
+    }
+    char len[64];
+    if (shortest == longest) std::snprintf(len, sizeof len, "%.0f s per cell", longest);
+    else std::snprintf(len, sizeof len, "cells of %.0f-%.0f s", shortest, longest);
+    std::printf("\n### %d vCPUs (%zu seeds, %s, search included)\n\n", n, seeds.size(), len);
     std::printf("| load | setting | result ÷ reference static, 95 %% CI (time: < 1 better; round trips/s: > 1 better) | poll CPU %%/CPU | cap at end (ns) |\n");
     std::printf("|---|---|---|---|---|\n");
     for (const auto& load : loads) {
@@ -274,7 +282,10 @@ void report(const std::map<int, std::vector<const Cell*>>& by_cpus, const std::v
           polls.push_back(c->row["poll_cpu_percent_per_cpu"].get<double>());
           if (c->row.contains("value_after")) ++ends[c->row["value_after"].get<std::uint32_t>()];
           if (!m.key) continue;
-          const double b = at[best][s]->row[m.key].get<double>();
+          // No reference in this run (its settings left the statics out) or not for this seed.
+          const auto ref = best.empty() ? at.end() : at.find(best);
+          if (ref == at.end() || !ref->second.count(s)) continue;
+          const double b = ref->second.at(s)->row[m.key].get<double>();
           const double v = c->row[m.key].get<double>();
           // Better than the best static: < 1 for a time, > 1 for a throughput; written as "x best".
           ratios.push_back(v / b);
@@ -326,6 +337,13 @@ int main(int argc, char** argv) {
   std::string settings_s;  // empty: the whole ladder and every policy
   int seeds = 5, big_seeds = 2, threads = 2;
   double seconds = 10, big_seconds = 4;
+  if (argc % 2 == 0) {  // every option takes a value: a lone one (--help) is not a run
+    std::fprintf(stderr,
+                 "usage: bench_sim_eval [--out DIR] [--cpus 2,8,32,64] [--loads L,...] [--settings S,...]\n"
+                 "                      [--seeds N] [--seconds S] [--big-seeds N] [--big-seconds S]\n"
+                 "                      [--threads N] | --report DIR\n");
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--out") out = v;

@@ -43,7 +43,9 @@ who="$(other_writer_who)"
 case "$who" in *"'haltpoll-test'"*) ;; *) fail "other_writer.who does not name the profile: $who" ;; esac
 since="$(ctl_json status | py 'import json,sys; print(json.load(sys.stdin)["other_writer"]["since_unix_ms"])')"
 [ "$(ctl_json status | py 'import json,sys; print(json.load(sys.stdin)["mode"])')" = observe ] || fail "not observe with another writer"
-ns haltpollctl metrics | grep -q '^haltpoll_other_writer{parameter="guest_halt_poll_ns"} 1$' || fail "no haltpoll_other_writer metric"
+# The metrics are rendered from the tick's snapshot: within a few ticks of the status line.
+wait_for 10 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- haltpollctl metrics | grep -q '^haltpoll_other_writer{parameter=\"guest_halt_poll_ns\"} 1\$'" ||
+  fail "no haltpoll_other_writer metric: $(ns haltpollctl metrics 2>&1 | grep -E 'other_writer|^haltpoll_up' | head -5)"
 holds 5 2400000 || fail "guest_halt_poll_ns changed under TuneD's profile: $(param guest_halt_poll_ns)"
 [ "$(kernel_writes_since "$since")" = 0 ] || fail "haltpolld wrote the kernel after TuneD's value appeared"
 ok "TuneD after haltpolld: guest_halt_poll_ns=2400000 kept 5 s, haltpolld observes and names it ($who)"
