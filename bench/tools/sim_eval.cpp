@@ -165,6 +165,7 @@ void report_mix(const std::vector<const Cell*>& cs, int n, const std::vector<std
   std::printf("\n#### %s, %d vCPUs: the objective per setting (pairs' gain - poll CPU, CPU-s/s)\n\n", load.c_str(), n);
   std::printf("| setting | objective, 95 %% CI | poll CPU %%/CPU | cap at end |\n|---|---|---|---|\n");
   for (const auto& st : settings) {
+    if (!at.count(st)) continue;  // not run at this size
     std::vector<double> js, polls;
     std::string end;
     for (auto& [seed, c] : at[st]) {
@@ -272,6 +273,7 @@ void report(const std::map<int, std::vector<const Cell*>>& by_cpus, const std::v
         }
       }
       for (const auto& st : settings) {
+        if (!at.count(st) || at.at(st).empty()) continue;  // not run at this size
         if (st.rfind("static_", 0) == 0 && st != "static_0" && st != best && st != "static_200000") {
           // The ladder's other rungs are in loads.jsonl; the table shows 0, the best, 200000 and the policies.
           continue;
