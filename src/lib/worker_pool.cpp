@@ -16,6 +16,7 @@
 #include "haltpoll/clock.hpp"
 #include "haltpoll/detail/parking_queue.hpp"
 #include "haltpoll/snapshot.hpp"
+#include "haltpoll/thread_signals.hpp"
 
 namespace haltpoll {
 
@@ -385,7 +386,10 @@ WorkerPool::WorkerPool(PoolOptions options) : shared_(std::make_unique<Shared>(v
   try {
     for (auto& w : s.workers) {
       Worker& ref = *w;
-      ref.thread = std::thread([&s, &ref] { s.run_worker(ref); });
+      ref.thread = std::thread([&s, &ref] {
+        block_async_signals();  // the process's signals go to the threads that wait for them
+        s.run_worker(ref);
+      });
       ++launched;
     }
   } catch (...) {

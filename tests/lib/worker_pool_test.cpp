@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <pthread.h>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -216,6 +217,27 @@ TEST_CASE("pool: one worker per CPU of the affinity mask, tasks run on their CPU
     CHECK(s.latency.count() == 1);
     CHECK(s.task_exceptions == 0);
   }
+}
+
+TEST_CASE("pool: workers block the process's asynchronous signals, the faults stay deliverable", "[pool]") {
+  // A SIGTERM sent to the daemon must reach the thread that waits for it, never a parked worker.
+  WorkerPool pool(PoolOptions{});
+  std::atomic<int> term{-1}, hup{-1}, segv{-1};
+  pool.submit(pool.cpus().front(), [&] {
+    sigset_t cur;
+    pthread_sigmask(SIG_BLOCK, nullptr, &cur);
+    hup.store(sigismember(&cur, SIGHUP));
+    segv.store(sigismember(&cur, SIGSEGV));
+    term.store(sigismember(&cur, SIGTERM));
+  });
+  REQUIRE(eventually([&] { return term.load() != -1; }));
+  CHECK(term.load() == 1);
+  CHECK(hup.load() == 1);
+  CHECK(segv.load() == 0);
+  // The caller's own mask is left as it was.
+  sigset_t mine;
+  pthread_sigmask(SIG_BLOCK, nullptr, &mine);
+  CHECK(sigismember(&mine, SIGTERM) == 0);
 }
 
 TEST_CASE("pool: a CPU without a worker is rejected, bad options throw", "[pool]") {

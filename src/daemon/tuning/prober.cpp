@@ -1,6 +1,7 @@
 #include "tuning/prober.hpp"
 
 #include <haltpoll/clock.hpp>
+#include <haltpoll/thread_signals.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -62,7 +63,10 @@ void Prober::start() {
     std::lock_guard lock(stop_mu_);
     stopping_ = false;
   }
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    haltpoll::block_async_signals();  // SIGTERM and SIGHUP are the control thread's
+    run();
+  });
 }
 
 void Prober::stop() {
