@@ -280,12 +280,12 @@ void report(const std::map<int, std::vector<const Cell*>>& by_cpus, const std::v
         }
         std::vector<double> ratios, polls;
         std::map<std::uint32_t, int> ends;
+        // No reference in this run (its settings left the statics out), or not for every seed.
+        const auto ref = best.empty() ? at.end() : at.find(best);
         for (auto& [s, c] : at[st]) {
           polls.push_back(c->row["poll_cpu_percent_per_cpu"].get<double>());
           if (c->row.contains("value_after")) ++ends[c->row["value_after"].get<std::uint32_t>()];
           if (!m.key) continue;
-          // No reference in this run (its settings left the statics out) or not for this seed.
-          const auto ref = best.empty() ? at.end() : at.find(best);
           if (ref == at.end() || !ref->second.count(s)) continue;
           const double b = ref->second.at(s)->row[m.key].get<double>();
           const double v = c->row[m.key].get<double>();

@@ -32,14 +32,12 @@ std::string journal_stream_lines(spdlog::level::level_enum level, std::string_vi
   out.reserve(message.size() + prefix.size() + 1);
   // Every line carries the prefix: journald reads one record per line of the stream.
   if (!message.empty() && message.back() == '\n') message.remove_suffix(1);
-  std::size_t start = 0;
-  do {
+  for (std::size_t start = 0;;) {
     const auto nl = message.find('\n', start);
-    const auto line = message.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
-    out.append(prefix).append(line).push_back('\n');
-    start = nl == std::string_view::npos ? message.size() + 1 : nl + 1;
-  } while (start <= message.size());
-  return out;
+    out.append(prefix).append(message.substr(start, nl - start)).push_back('\n');  // npos - start: the rest
+    if (nl == std::string_view::npos) return out;
+    start = nl + 1;
+  }
 }
 
 namespace {

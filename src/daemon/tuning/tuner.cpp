@@ -146,13 +146,13 @@ Decision Tuner::move(Decision d, Rule rule, Action a, std::uint32_t to, std::str
 
 std::optional<std::size_t> Tuner::next_rung(std::size_t after) const {
   const RungMeasurement& base = measured_.front();
+  // A rung predicted to catch no more periods than the one below it changes nothing, open loop
+  // or closed (a closed loop speeds up only once some of its periods are caught).
+  const double below = base_periods_ ? predict_cap(*base_periods_, ladder_[after]).hits : 0;
   for (std::size_t i = after + 1; i < ladder_.size(); ++i) {
     if (ceiling_ && ladder_[i] >= *ceiling_) return std::nullopt;
     if (i + 1 == ladder_.size()) return i;  // the top is always tried
     if (base_periods_) {
-      // A rung predicted to catch no more periods than the one below it changes nothing, open
-      // loop or closed (a closed loop speeds up only once some of its periods are caught).
-      const double below = predict_cap(*base_periods_, ladder_[after]).hits;
       if (predict_cap(*base_periods_, ladder_[i]).hits - below <= params_.confidence_z * std::sqrt(below + 1)) continue;
     } else if (ladder_[i] < kSkipBelowMeanHalt * base.mean_halt_ns()) {
       continue;
@@ -172,12 +172,12 @@ Decision Tuner::start_sweep(Decision d, Rule rule, std::string why, const RungMe
   base_periods_.reset();
   if (rule != Rule::confirmation_failed) retried_ = false;
   if (rule == Rule::sweep_change || rule == Rule::sweep_unswept) detector_.forget_observed();
-  if (current_ == ladder_.front() && !tick_detached_) {
-    at_rung_ = tick;  // the tick just seen ran at the bottom rung: the baseline's first
-    prefix_ = why + "; ";
-    return sweep(std::move(d));
-  }
   if (current_ == ladder_.front()) {
+    if (!tick_detached_) {
+      at_rung_ = tick;  // the tick just seen ran at the bottom rung: the baseline's first
+      prefix_ = why + "; ";
+      return sweep(std::move(d));
+    }
     // That tick ran with the eBPF programs detached (a steady one): the rungs are measured with
     // them, and the baseline must be measured the same way, on a tick of the sweep's pace.
     at_rung_.reset();
