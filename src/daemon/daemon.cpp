@@ -20,14 +20,17 @@
 #include "haltpoll/worker_pool.hpp"
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <ctime>
 #include <optional>
 
@@ -49,7 +52,7 @@ struct Daemon::Impl final : ControlBackend {
       : config_(std::move(c)),
         config_file_(std::move(file)),
         overrides_(std::move(ov)),
-        signals_(io_, SIGINT, SIGTERM, SIGHUP),
+        signals_(io_),
         tick_timer_(io_),
         watchdog_timer_(io_),
         registry_(varlink::ServiceInfo{"haltpolld", "haltpolld", HALTPOLL_VERSION_STRING,
@@ -69,6 +72,10 @@ struct Daemon::Impl final : ControlBackend {
   json decisions(std::size_t limit) override;
 
  private:
+  // SIGINT, SIGTERM and SIGHUP are blocked in every thread and read from a signalfd by the
+  // control loop: no handler runs, so nothing can defer or lose the wake-up of the loop (under
+  // ThreadSanitizer a handler-based signal_set sometimes never woke epoll_wait under load).
+  bool take_signals();
   void wait_for_signal();
   void schedule_tick();
   void schedule_watchdog(std::chrono::microseconds period);
@@ -88,7 +95,8 @@ struct Daemon::Impl final : ControlBackend {
   std::string config_file_;
   json overrides_;
   asio::io_context io_;
-  asio::signal_set signals_;
+  asio::posix::stream_descriptor signals_;
+  signalfd_siginfo siginfo_{};
   asio::steady_timer tick_timer_;
   asio::steady_timer watchdog_timer_;
   varlink::Registry registry_;
@@ -116,9 +124,35 @@ ControllerOptions Daemon::Impl::controller_options(const Config& c) const {
   return o;
 }
 
+bool Daemon::Impl::take_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  // Before any thread starts, so that every thread inherits the mask; a signal sent from here on
+  // stays pending until the loop reads it.
+  if (int e = ::pthread_sigmask(SIG_BLOCK, &set, nullptr); e != 0) {
+    spdlog::critical("cannot block SIGINT, SIGTERM and SIGHUP: {}", std::strerror(e));
+    return false;
+  }
+  const int fd = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd < 0) {
+    spdlog::critical("cannot open a signalfd: {}", std::strerror(errno));
+    return false;
+  }
+  signals_.assign(fd);
+  return true;
+}
+
 void Daemon::Impl::wait_for_signal() {
-  signals_.async_wait([this](const error_code& ec, int signo) {
-    if (ec) return;
+  signals_.async_read_some(asio::buffer(&siginfo_, sizeof siginfo_), [this](const error_code& ec, std::size_t n) {
+    if (ec == asio::error::operation_aborted) return;
+    if (ec) {
+      // The loop can no longer hear a stop request: stop now, restoring, rather than run deaf.
+      spdlog::error("reading the signalfd failed: {}; stopping", ec.message());
+      return io_.stop();
+    }
+    if (n != sizeof siginfo_) return wait_for_signal();
+    const auto signo = static_cast<int>(siginfo_.ssi_signo);
     if (signo == SIGHUP) {
       spdlog::info("received SIGHUP, reloading {}", config_file_);
       try {
@@ -288,6 +322,7 @@ ExitCode Daemon::Impl::run() {
   // Before the first log line: a client that hangs up, or a reader of stderr that went away (a
   // pipe to a logger), must not end the daemon without a restore.
   ::signal(SIGPIPE, SIG_IGN);
+  if (!take_signals()) return ExitCode::runtime_error;
   spdlog::info("haltpolld {} starting", HALTPOLL_VERSION_STRING);
   spdlog::info("effective config: {}", to_json(config_).dump());
   auto locks = take_instance_locks(config_);
