@@ -216,4 +216,30 @@ int ChangeDetector::worst_signal() const noexcept {
   return best;
 }
 
+Choice cheapest_within_noise(const std::vector<RungMeasurement>& rungs, const std::vector<Score>& sc, double z) {
+  Choice c;
+  while (c.best + 1 < sc.size() && !sc[c.best].eligible) ++c.best;
+  for (std::size_t i = 0; i < sc.size(); ++i)
+    if (sc[i].eligible && sc[i].j.value > sc[c.best].j.value) c.best = i;
+  const auto equivalent = [&](std::size_t i) {
+    return sc[i].eligible && sc[i].j.value >= sc[c.best].j.value - z * std::hypot(sc[i].j.se, sc[c.best].j.se);
+  };
+  const auto cheaper = [&](std::size_t i, std::size_t than) {
+    return sc[i].cost < sc[than].cost || (sc[i].cost == sc[than].cost && rungs[i].ns < rungs[than].ns);
+  };
+  c.pick = c.best;
+  for (std::size_t i = 0; i < sc.size(); ++i)
+    if (equivalent(i) && cheaper(i, c.pick)) c.pick = i;
+  std::optional<std::size_t> below, above;
+  for (std::size_t i = 0; i < sc.size(); ++i) {
+    if (rungs[i].ns < rungs[c.pick].ns && (!below || rungs[i].ns > rungs[*below].ns)) below = i;
+    if (rungs[i].ns > rungs[c.pick].ns && equivalent(i) && (!above || cheaper(i, *above))) above = i;
+  }
+  if (sc[c.pick].gain > 0 && below && !equivalent(*below) && above) {
+    c.pick = *above;
+    c.off_knee = true;
+  }
+  return c;
+}
+
 }  // namespace haltpolld

@@ -86,6 +86,22 @@ double potential(const RungMeasurement& r, const RungMeasurement& base, std::opt
                  const Weights& w, const std::vector<std::uint32_t>& above,
                  const IdlePeriodHistograms* periods = nullptr, double periods_s = 0);
 
+// The choice among a sweep's rungs (`rungs` in any order, `sc` their scores): `best` the eligible
+// rung of the highest objective, `pick` the cheapest eligible rung (cost, then the lower cap) whose
+// objective lies within z combined standard errors of the best's. Off the knee: when `pick` owes
+// its objective partly to a closed loop's gain (G > 0) and the measured rung just below it is not
+// within that noise, `pick` is the first rung past the loop's knee, where a sweep tick can flatter
+// a rung and which moves from day to day (the real pipe's lay between 20000 and 30000 on
+// 2026-12-01, between 10000 and 20000 on 2026-12-03: a loop's own idle periods shorten once it
+// polls); then the cheapest equivalent rung above it is picked, when there is one (`off_knee`
+// says so). Every rung considered is still within the noise of the best. An open load's periods
+// do not depend on the cap, nor does its knee.
+struct Choice {
+  std::size_t best = 0, pick = 0;
+  bool off_knee = false;
+};
+Choice cheapest_within_noise(const std::vector<RungMeasurement>& rungs, const std::vector<Score>& sc, double z);
+
 // The signals two measurements are compared on: wake-ups, halts, poll CPU, useful wake-ups.
 enum Signal : unsigned { kWake = 1, kHalt = 2, kPoll = 4, kUseful = 8 };
 // Whether two measurements describe the same load: each signal of `which` differs in log by at

@@ -261,17 +261,8 @@ Decision Tuner::choose(Decision d, std::string why) {
       if (measured_[i].halt_share() < measured_[f].halt_share()) f = i;
     sc[f].eligible = true;
   }
-  std::size_t best = 0;
-  while (!sc[best].eligible) ++best;
-  for (std::size_t i = 0; i < sc.size(); ++i)
-    if (sc[i].eligible && sc[i].j.value > sc[best].j.value) best = i;
-  std::size_t pick = best;
-  for (std::size_t i = 0; i < sc.size(); ++i) {
-    const double noise = z * std::hypot(sc[i].j.se, sc[best].j.se);
-    if (sc[i].eligible && sc[i].j.value >= sc[best].j.value - noise &&
-        (sc[i].cost < sc[pick].cost || (sc[i].cost == sc[pick].cost && measured_[i].ns < measured_[pick].ns)))
-      pick = i;
-  }
+  const Choice c = cheapest_within_noise(measured_, sc, z);
+  const std::size_t best = c.best, pick = c.pick;
   swept_ = true;
   priors_ = measured_;
   candidate_ = measured_[pick];
@@ -281,7 +272,7 @@ Decision Tuner::choose(Decision d, std::string why) {
   // Which CPUs drove the choice, and which pay for it: one cap serves every CPU.
   gain_cpus_ = cpus_where(measured_[pick], sc[pick], true);
   paying_cpus_ = cpus_where(measured_[pick], sc[pick], false);
-  std::string split;
+  std::string split = c.off_knee ? "; off the knee (the rung below it is not within the noise)" : "";
   if (!gain_cpus_.empty()) split += "; gain on CPUs " + gain_cpus_;
   if (!paying_cpus_.empty()) split += "; CPUs " + paying_cpus_ + " poll there without gain (one cap for every CPU)";
   return move(std::move(d), Rule::chosen, to < current_ ? Action::shrink : Action::grow, to,

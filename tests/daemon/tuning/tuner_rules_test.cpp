@@ -4,6 +4,8 @@
 // label, so the arm64 legs run them too. The incidents are in tuner_scenarios_test.cpp.
 #include "tuner_fixtures.hpp"
 
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 
 using namespace haltpolld;
@@ -414,12 +416,16 @@ TEST_CASE("a sweep that starts at the bottom on a tick without the eBPF programs
 }
 
 TEST_CASE("confidence_z: the cheaper of two rungs is chosen only while their objectives are within z standard errors") {
-  // A closed loop: 25000 runs it at 100000 wake-ups/s per CPU for 8 % poll, 2000 halts/s;
-  // 50000 at 101000/s, 1000 halts/s, for 12 %. 50000's objective is higher by its 2 % more gain
-  // and its halts avoided less the extra polling, about 0.04 CPU-s/s, while its cost (poll time
-  // plus halt exits) is higher: inside the noise the cheaper 25000 is chosen.
+  // A closed loop: 12500 and 25000 run it at 100000 wake-ups/s per CPU for 8 % poll, 2000 halts/s;
+  // 50000 at 101000/s, 1000 halts/s, for 12 %; above it no more gain for 30 % poll. 50000's
+  // objective is higher by its 1 % more gain and its halts avoided less the extra polling, while
+  // its cost (poll time plus halt exits) is higher: inside the noise the cheaper 25000 is chosen
+  // (12500 is as cheap, but the first rung past the knee: off_knee_takes_the_next_equivalent_rung).
   const LoadFn load = [](std::uint32_t cap, int) {
-    CpuRates r = cap == 0 ? R(50000, 50000, 0, 40) : cap < 50000 ? R(100000, 2000, 8, 10) : R(101000, 1000, 12, 10);
+    CpuRates r = cap == 0       ? R(50000, 50000, 0, 16)
+                 : cap < 50000  ? R(100000, 2000, 8, 10)
+                 : cap == 50000 ? R(101000, 1000, 12, 10)
+                                : R(101000, 1000, 30, 10);
     r.ipi = cap == 0 ? 0 : r.periods - r.halts;
     return r;
   };
@@ -428,8 +434,13 @@ TEST_CASE("confidence_z: the cheaper of two rungs is chosen only while their obj
   Tuner probe(p, 0);
   until_chosen(probe, load, 20000.0);
   const auto& m = probe.sweep_measurements();
-  REQUIRE(m.size() >= 3);
-  const Score a = probe.score_of(m[1], m[0]), b = probe.score_of(m[2], m[0]);
+  const auto at = [&m](std::uint32_t ns) {
+    const auto it = std::find_if(m.begin(), m.end(), [ns](const RungMeasurement& r) { return r.ns == ns; });
+    REQUIRE(it != m.end());
+    return *it;
+  };
+  REQUIRE(at(12500).periods > 0);
+  const Score a = probe.score_of(at(25000), m[0]), b = probe.score_of(at(50000), m[0]);
   REQUIRE(b.j.value > a.j.value);
   const double z_tie = (b.j.value - a.j.value) / std::hypot(a.j.se, b.j.se);
   for (double f : {0.98, 1.02}) {
@@ -439,8 +450,35 @@ TEST_CASE("confidence_z: the cheaper of two rungs is chosen only while their obj
     const Decision d = until_chosen(t, load, 20000.0);
     INFO("z " << q.confidence_z << " (tie at " << z_tie << "): " << d.reason);
     // Below the tie the better rung stands alone; above it 25000 is within the noise and cheaper.
+    CHECK(d.rule == Rule::chosen);
     CHECK(d.guest_halt_poll_ns == (f < 1 ? 50000u : 25000u));
   }
+}
+
+TEST_CASE("off_knee_takes_the_next_equivalent_rung: a closed loop's first rung past its knee is passed for the next equivalent one") {
+  // A closed loop slow below 25000 and equally fast from 25000 on, at the same poll CPU: the
+  // cheapest equivalent rung is 25000, the first past the knee; the next equivalent one is taken.
+  // With no equivalent rung above (the rungs above poll far more for nothing), 25000 stays. An
+  // open load whose periods are caught from 25000 on keeps 25000: its knee does not move.
+  const auto closed = [](double poll_above) {
+    return LoadFn([poll_above](std::uint32_t cap, int) {
+      CpuRates r = cap == 0 ? R(50000, 50000, 0, 16) : cap < 25000 ? R(50000, 50000, 0.5, 16)
+                   : cap < 50000 ? R(100000, 1000, 10, 10) : R(100000, 1000, poll_above, 10);
+      r.ipi = cap < 25000 ? 0 : r.periods - r.halts;
+      return r;
+    });
+  };
+  for (double poll_above : {10.0, 40.0}) {
+    Tuner t(TunerParams{}, 0);
+    const Decision d = until_chosen(t, closed(poll_above), 20000.0);
+    INFO("poll above 25000: " << poll_above << " %: " << d.reason);
+    CHECK(d.rule == Rule::chosen);
+    CHECK(d.guest_halt_poll_ns == (poll_above == 10.0 ? 50000u : 25000u));
+  }
+  Tuner open(TunerParams{}, 0);
+  const Decision d = until_chosen(open, open_load(25000, 100000, 1.0, 10), 20000.0);
+  INFO(d.reason);
+  CHECK(d.guest_halt_poll_ns == 25000u);
 }
 
 TEST_CASE("tick_noise: a confirmation tick is consistent with the sweep tick while its log rates are within z of noise") {
