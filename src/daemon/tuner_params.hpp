@@ -135,6 +135,15 @@ constexpr void for_each_tuner_param(F&& f) {
   // clang-format on
 }
 
+// guest_halt_poll_grow_start to write with cap `ns` when manage_grow_start (the kernel's own at 0,
+// else min(kernel_grow_start_ns, ns / 2)); empty otherwise.
+inline std::optional<std::uint32_t> grow_start_for(const TunerParams& p, std::uint32_t ns) noexcept {
+  if (!p.manage_grow_start) return std::nullopt;
+  if (ns == 0) return p.kernel_grow_start_ns;
+  const std::uint32_t half = ns / 2 > 0 ? ns / 2 : 1;
+  return half < p.kernel_grow_start_ns ? half : p.kernel_grow_start_ns;
+}
+
 // The parameters' validation, the one the configuration applies after reading (config.cpp) and
 // the one code that builds TunerParams itself calls: every field within its bounds, and
 // min_ns <= max_ns. Empty when the parameters are coherent, else the field and what is wrong.
@@ -142,6 +151,7 @@ struct TunerParamError {
   std::string name;    // the field ("min_ns")
   std::string reason;  // "must not exceed max_ns (1000)"
 };
+
 std::optional<TunerParamError> check_tuner_params(const TunerParams& p);
 // The same as one line, "min_ns: must not exceed max_ns (1000)"; empty when coherent.
 std::string validate(const TunerParams& p);

@@ -1,5 +1,7 @@
 #include "tuning/objective.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -94,6 +96,54 @@ Score score(const RungMeasurement& r, const RungMeasurement& b, std::optional<do
   return s;
 }
 
+std::string describe(const RungMeasurement& r, const Score* sc) {
+  std::string s = fmt::format("{} ns: {:.0f} wake-ups/s, {:.0f} halts/s, {:.0f} poll hits/s", r.ns, r.wake_rate(),
+                              r.halt_rate(), r.per_s(r.hits));
+  if (r.ipi_skipped) s += fmt::format(", {:.0f} IPI-skipped/s", r.per_s(*r.ipi_skipped));
+  s += fmt::format(", poll {:.1f}%/CPU (busiest {:.1f}%)", r.mean_poll_cpu_percent(), r.max_poll_cpu_percent());
+  if (!r.unlimited_cpus.empty()) {
+    std::string ids;
+    for (int c : r.unlimited_cpus) ids += (ids.empty() ? "" : ",") + std::to_string(c);
+    s += fmt::format(" (CPUs {} left out: they poll without limit whatever the cap)", ids);
+  }
+  if (sc)
+    s += fmt::format(", objective {:.3f} ± {:.3f} CPU-s/s (gain {:.3f}, halt exits avoided {:.3f}, cost {:.3f})",
+                     sc->j.value, sc->j.se, sc->gain, sc->served, sc->cost);
+  return s;
+}
+
+void settle_eligibility(const std::vector<RungMeasurement>& rungs, std::vector<Score>& sc, double z,
+                        bool by_halt_share) {
+  if (by_halt_share) {
+    double fewest = 1;
+    for (const auto& r : rungs) fewest = std::min(fewest, r.halt_share());
+    for (std::size_t i = 0; i < rungs.size(); ++i)
+      sc[i].eligible = rungs[i].halts <= fewest * rungs[i].periods + z * std::sqrt(fewest * rungs[i].periods + 1);
+  }
+  if (std::any_of(sc.begin(), sc.end(), [](const Score& s) { return s.eligible; })) return;
+  std::size_t f = 0;
+  for (std::size_t i = 0; i < rungs.size(); ++i)
+    if (rungs[i].halt_share() < rungs[f].halt_share()) f = i;
+  sc[f].eligible = true;
+}
+
+std::optional<ShrinkCandidate> predicted_shrink(const IdlePeriodHistograms& h, const std::vector<std::uint32_t>& ladder,
+                                                std::uint32_t current, const TunerParams& p, double poll_se,
+                                                double secs, std::uint32_t cpus) {
+  const double z = p.confidence_z;
+  const CapPrediction here = predict_cap(h, current);
+  for (auto r : ladder) {
+    if (r >= current) break;
+    const std::uint32_t gs = grow_start_for(p, r).value_or(p.kernel_grow_start_ns);
+    if (r != 0 && r < 2ULL * gs) continue;
+    const CapPrediction c = replay_cap(h, r, gs);
+    const double saved = (here.poll_ns - c.poll_ns) / 1e9 / secs;
+    if (c.hits < here.hits - z * std::sqrt(here.hits + 1) || saved <= z * poll_se) continue;
+    return ShrinkCandidate{r, here.hits > 0 ? 100 * c.hits / here.hits : 100.0, 100 * saved / cpus};
+  }
+  return std::nullopt;
+}
+
 std::string cpus_where(const RungMeasurement& r, const Score& s, bool gain) {
   // A CPU's part is noise below a thousandth of a CPU-second per second.
   constexpr double kFloor = 1e-3;
@@ -116,8 +166,23 @@ double potential(const RungMeasurement& r, const RungMeasurement& b, std::option
                  const Weights& w, const std::vector<std::uint32_t>& above, const IdlePeriodHistograms* periods,
                  double periods_s) {
   const double p = seconds_of(penalty_ns ? penalty_ns : std::optional<double>(kNominalPenaltyNs));
-  double rho = 1;  // the share of caught periods that are remote wake-ups, at most
-  if (r.ipi_skipped && r.hits >= 1) rho = std::min(1.0, (*r.ipi_skipped + z * std::sqrt(*r.ipi_skipped + 1)) / r.hits);
+  // The share of caught periods that are remote wake-ups, at most: per CPU, weighted by its halts
+  // (the periods a higher cap could catch there), so that a timer's CPUs, whose catches are their
+  // own interrupts and skip no IPI, are not credited with the pairs' share on other CPUs.
+  const auto share = [z](double ipi, double hits) {
+    return hits >= 1 ? std::min(1.0, (ipi + z * std::sqrt(ipi + 1)) / hits) : 1.0;
+  };
+  double rho = 1;
+  if (r.ipi_skipped && r.hits >= 1) {
+    rho = share(*r.ipi_skipped, r.hits);
+    double weighted = 0, halts_all = 0;
+    if (r.cpu_ipi.size() == r.cpu_halts.size() && r.cpu_hits.size() == r.cpu_halts.size())
+      for (std::size_t c = 0; c < r.cpu_halts.size(); ++c) {
+        weighted += share(r.cpu_ipi[c], r.cpu_hits[c]) * r.cpu_halts[c];
+        halts_all += r.cpu_halts[c];
+      }
+    if (halts_all > 0) rho = weighted / halts_all;
+  }
   const double halts = r.halt_rate();
   double gains = 0;  // Σ (1 + g_c) over the CPUs
   for (std::size_t c = 0; c < r.cpu_halts.size(); ++c)

@@ -21,8 +21,8 @@
 // cheapest" means in the choice, is its poll time plus its halt exits priced at P.
 //
 // `potential(r)` bounds what the next rung up can add to J(r): every halt left at r becoming a
-// wake-up served without an IPI, in the share of r's polls that served remote wake-ups (its upper
-// bound; 1 without a count), plus the speed-up a closed loop gets when the time its CPU spends in
+// wake-up served without an IPI, in the share of r's polls that served remote wake-ups on the CPU
+// that halted (its upper bound, per CPU weighted by the halts; 1 without a count), plus the speed-up a closed loop gets when the time its CPU spends in
 // those halted wake-ups goes. The climb goes on while J(r) + z·se + potential(r) can beat the best
 // rung's J − z·se: the governor's trap (the rung polls and still halts), a timer's polls that end
 // by its own interrupt, and polling that stopped paying all end it for that one reason.
@@ -101,6 +101,34 @@ struct Choice {
   bool off_knee = false;
 };
 Choice cheapest_within_noise(const std::vector<RungMeasurement>& rungs, const std::vector<Score>& sc, double z);
+
+// A rung in words for the decision's reason: its rates, its poll CPU, the CPUs the cap does not
+// reach, and with `sc` its objective against the sweep's baseline.
+std::string describe(const RungMeasurement& r, const Score* sc = nullptr);
+
+// The latency policy without a measured penalty cannot price the wait halt exits add: the rungs
+// eligible are then those with the fewest halts per wake-up, within z of their Poisson noise.
+// Whatever the policy, when no rung is eligible (a budget or a target out of reach) the rung with
+// the fewest halts per wake-up is made so: the choice always has one.
+void settle_eligibility(const std::vector<RungMeasurement>& rungs, std::vector<Score>& sc, double z,
+                        bool by_halt_share);
+
+// The steady rule's predicted shrink: the library's haltpoll model replayed over the tick's
+// idle-period histogram `h` (replay_cap, from a limit of 0 as reset_limits leaves a lowered cap)
+// at each rung of `ladder` under `current`, from the bottom, against the same histogram at
+// `current` (predict_cap). The first that keeps the hits within z of their Poisson noise and saves
+// more poll time than z of the tick's poll-time standard error `poll_se` is the candidate. Rungs
+// other than 0 under 2 × their grow_start are left out: there a single long period resets a CPU's
+// limit to 0 (the kernel's shrink rule), which a histogram in random order cannot show; the sweep
+// measures them instead.
+struct ShrinkCandidate {
+  std::uint32_t ns = 0;
+  double hits_percent = 100;  // of the hits at `current` it keeps
+  double saved_points = 0;    // poll CPU per CPU it saves, in percentage points
+};
+std::optional<ShrinkCandidate> predicted_shrink(const IdlePeriodHistograms& h, const std::vector<std::uint32_t>& ladder,
+                                                std::uint32_t current, const TunerParams& p, double poll_se,
+                                                double secs, std::uint32_t cpus);
 
 // The signals two measurements are compared on: wake-ups, halts, poll CPU, useful wake-ups.
 enum Signal : unsigned { kWake = 1, kHalt = 2, kPoll = 4, kUseful = 8 };

@@ -67,12 +67,6 @@ std::string_view Tuner::phase() const noexcept {
   return "?";
 }
 
-std::optional<std::uint32_t> Tuner::grow_start_for(std::uint32_t ns) const noexcept {
-  if (!params_.manage_grow_start) return std::nullopt;
-  if (ns == 0) return params_.kernel_grow_start_ns;
-  return std::min(params_.kernel_grow_start_ns, std::max<std::uint32_t>(ns / 2, 1));
-}
-
 Noise Tuner::noise() const noexcept {
   // The priors, or what the steady ticks showed of this load's spread when it is larger.
   return {std::max(params_.tick_noise, detector_.observed_noise(0)),
@@ -95,28 +89,10 @@ std::uint32_t Tuner::rung_below(std::uint32_t ns) const {
   return best;
 }
 
-std::size_t Tuner::index_of(std::uint32_t ns) const {
-  std::size_t i = 0;
-  while (i + 1 < ladder_.size() && ladder_[i] < ns) ++i;
-  return i;
-}
-
 std::string Tuner::describe(const RungMeasurement& r) const {
-  std::string s = fmt::format("{} ns: {:.0f} wake-ups/s, {:.0f} halts/s, {:.0f} poll hits/s", r.ns, r.wake_rate(),
-                              r.halt_rate(), r.per_s(r.hits));
-  if (r.ipi_skipped) s += fmt::format(", {:.0f} IPI-skipped/s", r.per_s(*r.ipi_skipped));
-  s += fmt::format(", poll {:.1f}%/CPU (busiest {:.1f}%)", r.mean_poll_cpu_percent(), r.max_poll_cpu_percent());
-  if (!r.unlimited_cpus.empty()) {
-    std::string ids;
-    for (int c : r.unlimited_cpus) ids += (ids.empty() ? "" : ",") + std::to_string(c);
-    s += fmt::format(" (CPUs {} left out: they poll without limit whatever the cap)", ids);
-  }
-  if (!measured_.empty() && r.ns != measured_.front().ns) {
-    const Score sc = score_of(r, measured_.front());
-    s += fmt::format(", objective {:.3f} ± {:.3f} CPU-s/s (gain {:.3f}, halt exits avoided {:.3f}, cost {:.3f})",
-                     sc.j.value, sc.j.se, sc.gain, sc.served, sc.cost);
-  }
-  return s;
+  if (measured_.empty() || r.ns == measured_.front().ns) return haltpolld::describe(r);
+  const Score sc = score_of(r, measured_.front());
+  return haltpolld::describe(r, &sc);
 }
 
 bool Tuner::busy(const RungMeasurement& t) const {
@@ -244,23 +220,7 @@ Decision Tuner::choose(Decision d, std::string why) {
   const double z = params_.confidence_z;
   std::vector<Score> sc;
   for (const auto& r : measured_) sc.push_back(score_of(r, base));
-  // latency without a measured penalty: the rungs with the fewest halts per wake-up, within noise.
-  if (weights_.latency_target_ns && !penalty_ns_) {
-    double fewest = 1;
-    for (const auto& r : measured_) fewest = std::min(fewest, r.halt_share());
-    for (std::size_t i = 0; i < measured_.size(); ++i) {
-      const auto& r = measured_[i];
-      sc[i].eligible = r.halts <= fewest * r.periods + z * std::sqrt(fewest * r.periods + 1);
-    }
-  }
-  bool any = false;
-  for (const auto& s : sc) any = any || s.eligible;
-  if (!any) {  // the latency target out of reach: the fewest halts per wake-up
-    std::size_t f = 0;
-    for (std::size_t i = 0; i < measured_.size(); ++i)
-      if (measured_[i].halt_share() < measured_[f].halt_share()) f = i;
-    sc[f].eligible = true;
-  }
+  settle_eligibility(measured_, sc, z, weights_.latency_target_ns && !penalty_ns_);
   const Choice c = cheapest_within_noise(measured_, sc, z);
   const std::size_t best = c.best, pick = c.pick;
   swept_ = true;
@@ -326,7 +286,6 @@ Decision Tuner::confirm(Decision d) {
 }
 
 Decision Tuner::steady(Decision d, const RungMeasurement& t) {
-  const double z = params_.confidence_z;
   if (weights_.budget_percent && t.max_poll_cpu_percent() > *weights_.budget_percent && current_ > ladder_.front()) {
     ceiling_ = current_;
     return move(std::move(d), Rule::budget_overrun, Action::shrink, rung_below(current_),
@@ -356,29 +315,17 @@ Decision Tuner::steady(Decision d, const RungMeasurement& t) {
                             "until halts are frequent",
                             t.wake_rate(), t.halt_rate(), params_.grow_halts_per_second, ladder_.front()));
   if (periods_ && current_ > ladder_.front() && shrink_block_ticks_ == 0 && t.cpus > 0) {
-    // The library's haltpoll model replayed over the live histogram from a limit of 0 (where
-    // reset_limits leaves a lowered cap) against the same histogram at the value in force: the
-    // cheapest rung that keeps the hits within their noise and saves more poll time than the
-    // poll time's own noise is a candidate, confirmed on the next whole tick. Below 2 × grow_start
-    // a single long period resets a CPU's limit to 0 (the kernel's shrink rule), which a histogram
-    // in random order cannot show: such rungs are left to the sweep's measurements.
-    const CapPrediction here = predict_cap(*periods_, current_);
-    const double secs = t.seconds();
-    for (auto r : ladder_) {
-      if (r >= current_) break;
-      const std::uint32_t gs = grow_start_for(r).value_or(params_.kernel_grow_start_ns);
-      if (r != 0 && r < 2ULL * gs) continue;
-      const CapPrediction p = replay_cap(*periods_, r, gs);
-      const double saved = (here.poll_ns - p.poll_ns) / 1e9 / secs;
-      if (p.hits < here.hits - z * std::sqrt(here.hits + 1) || saved <= z * t.poll().se) continue;
+    // A cheaper rung the histogram predicts to keep the hits (predicted_shrink), confirmed on the
+    // next whole tick like a chosen one.
+    if (const auto c = predicted_shrink(*periods_, ladder_, current_, params_, t.poll().se, t.seconds(), t.cpus)) {
       candidate_ = t;
       before_prediction_ = detector_.reference();
       predicted_from_ = current_;
       phase_ = Phase::confirm;
-      return move(std::move(d), Rule::predicted_shrink, Action::shrink, r,
+      return move(std::move(d), Rule::predicted_shrink, Action::shrink, c->ns,
                   fmt::format("idle-period histogram: {} ns keeps {:.1f}% of the poll hits at {:.1f} points less poll "
                               "CPU per CPU: trying it",
-                              r, here.hits > 0 ? 100 * p.hits / here.hits : 100.0, 100 * saved / t.cpus));
+                              c->ns, c->hits_percent, c->saved_points));
     }
   }
   return move(std::move(d), Rule::steady, Action::hold, current_, "steady at " + describe(t));

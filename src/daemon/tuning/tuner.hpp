@@ -62,7 +62,9 @@ class Tuner {
   // The rungs measured by the last (or current) sweep, baseline first.
   const std::vector<RungMeasurement>& sweep_measurements() const noexcept { return measured_; }
   // grow_start to write with cap `ns` (manage_grow_start), else empty.
-  std::optional<std::uint32_t> grow_start_for(std::uint32_t ns) const noexcept;
+  std::optional<std::uint32_t> grow_start_for(std::uint32_t ns) const noexcept {
+    return haltpolld::grow_start_for(params_, ns);
+  }
   // The last choice's CPUs whose part of the objective was a gain, and those that poll there
   // without one ("0-3,8"; empty: none): a global cap serving loads with opposite needs shows here.
   const std::string& gain_cpus() const noexcept { return gain_cpus_; }
@@ -82,7 +84,6 @@ class Tuner {
   Decision steady(Decision d, const RungMeasurement& t);
   std::optional<std::size_t> next_rung(std::size_t after) const;
   std::uint32_t rung_below(std::uint32_t ns) const;
-  std::size_t index_of(std::uint32_t ns) const;
   std::string describe(const RungMeasurement& r) const;
   bool busy(const RungMeasurement& t) const;
   Noise noise() const noexcept;

@@ -612,3 +612,39 @@ TEST_CASE("a CPU that polls without limit whatever the cap (a latency QoS reques
     CHECK(d.action == Action::hold);
   }
 }
+
+TEST_CASE("the climb's bound credits a CPU's halts with that CPU's share of polls that skipped an IPI") {
+  // Two CPUs at 100000, the same totals (6100 halts/s, 60500 poll hits/s, 54000 of them IPI-skipped)
+  // split two ways: the halts left on the pair's CPU, whose catches are remote wake-ups, or on a
+  // timer's CPU, whose catches are its own interrupts. Only the first can gain from a higher cap.
+  auto rung = [](std::uint64_t pair_halts, std::uint64_t pair_hits, std::uint64_t timer_halts,
+                 std::uint64_t timer_hits) {
+    KernelSignals k;
+    k.elapsed_ns = 1'000'000'000;
+    for (int cpu = 0; cpu < 2; ++cpu) {
+      CpuKernelSignals c;
+      c.cpu = cpu;
+      c.halts = c.poll_misses = cpu == 0 ? pair_halts : timer_halts;
+      c.poll_hits = cpu == 0 ? pair_hits : timer_hits;
+      c.poll_entries = c.poll_hits + c.halts;
+      c.ipi_skipped = cpu == 0 ? 54000 : 0;
+      c.poll_ns = 100'000'000;
+      k.cpus.push_back(c);
+    }
+    RungMeasurement m;
+    m.ns = 100000;
+    m.add(k);
+    return m;
+  };
+  const RungMeasurement pair_halts = rung(6000, 54000, 100, 6500);
+  const RungMeasurement timer_halts = rung(100, 54000, 6000, 6500);
+  REQUIRE(pair_halts.halts == timer_halts.halts);
+  REQUIRE(pair_halts.hits == timer_halts.hits);
+  RungMeasurement base = pair_halts, base_t = timer_halts;  // no closed-loop gain: the rates as the rung's
+  base.ns = base_t.ns = 0;
+  const double a = potential(pair_halts, base, 20000.0, 2, {}, {200000});
+  const double b = potential(timer_halts, base_t, 20000.0, 2, {}, {200000});
+  INFO("halts on the pair's CPU: " << a << ", on the timer's: " << b);
+  CHECK(a > 0.3);
+  CHECK(b < 0.1 * a);
+}
