@@ -10,6 +10,7 @@
 
 #include "tuner_policy.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -140,8 +141,7 @@ constexpr void for_each_tuner_param(F&& f) {
 inline std::optional<std::uint32_t> grow_start_for(const TunerParams& p, std::uint32_t ns) noexcept {
   if (!p.manage_grow_start) return std::nullopt;
   if (ns == 0) return p.kernel_grow_start_ns;
-  const std::uint32_t half = ns / 2 > 0 ? ns / 2 : 1;
-  return half < p.kernel_grow_start_ns ? half : p.kernel_grow_start_ns;
+  return std::min(p.kernel_grow_start_ns, std::max<std::uint32_t>(ns / 2, 1));
 }
 
 // The parameters' validation, the one the configuration applies after reading (config.cpp) and
@@ -151,7 +151,6 @@ struct TunerParamError {
   std::string name;    // the field ("min_ns")
   std::string reason;  // "must not exceed max_ns (1000)"
 };
-
 std::optional<TunerParamError> check_tuner_params(const TunerParams& p);
 // The same as one line, "min_ns: must not exceed max_ns (1000)"; empty when coherent.
 std::string validate(const TunerParams& p);

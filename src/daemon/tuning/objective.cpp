@@ -172,16 +172,12 @@ double potential(const RungMeasurement& r, const RungMeasurement& b, std::option
   const auto share = [z](double ipi, double hits) {
     return hits >= 1 ? std::min(1.0, (ipi + z * std::sqrt(ipi + 1)) / hits) : 1.0;
   };
-  double rho = 1;
-  if (r.ipi_skipped && r.hits >= 1) {
-    rho = share(*r.ipi_skipped, r.hits);
-    double weighted = 0, halts_all = 0;
-    if (r.cpu_ipi.size() == r.cpu_halts.size() && r.cpu_hits.size() == r.cpu_halts.size())
-      for (std::size_t c = 0; c < r.cpu_halts.size(); ++c) {
-        weighted += share(r.cpu_ipi[c], r.cpu_hits[c]) * r.cpu_halts[c];
-        halts_all += r.cpu_halts[c];
-      }
-    if (halts_all > 0) rho = weighted / halts_all;
+  double rho = 1;  // without halts nothing is catchable, whatever the share
+  if (r.ipi_skipped && r.hits >= 1 && r.halts > 0) {
+    double weighted = 0;
+    for (std::size_t c = 0; c < r.cpu_halts.size(); ++c)
+      weighted += share(r.cpu_ipi[c], r.cpu_hits[c]) * r.cpu_halts[c];
+    rho = weighted / r.halts;
   }
   const double halts = r.halt_rate();
   double gains = 0;  // Σ (1 + g_c) over the CPUs

@@ -22,8 +22,8 @@
 //
 // `potential(r)` bounds what the next rung up can add to J(r): every halt left at r becoming a
 // wake-up served without an IPI, in the share of r's polls that served remote wake-ups on the CPU
-// that halted (its upper bound, per CPU weighted by the halts; 1 without a count), plus the speed-up a closed loop gets when the time its CPU spends in
-// those halted wake-ups goes. The climb goes on while J(r) + z·se + potential(r) can beat the best
+// that halted (its upper bound, per CPU weighted by the halts; 1 without a count), plus the
+// speed-up a closed loop gets when the time its CPU spends in those halted wake-ups goes. The climb goes on while J(r) + z·se + potential(r) can beat the best
 // rung's J − z·se: the governor's trap (the rung polls and still halts), a timer's polls that end
 // by its own interrupt, and polling that stopped paying all end it for that one reason.
 // Pure functions: nothing to synchronise.
