@@ -15,6 +15,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace haltpolld {
 
@@ -142,6 +143,24 @@ inline std::optional<std::uint32_t> grow_start_for(const TunerParams& p, std::ui
   if (!p.manage_grow_start) return std::nullopt;
   if (ns == 0) return p.kernel_grow_start_ns;
   return std::min(p.kernel_grow_start_ns, std::max<std::uint32_t>(ns / 2, 1));
+}
+
+// The rungs the sweep measures: min_ns, then start_ns times ladder_factor^k strictly between min_ns
+// and max_ns, then max_ns.
+inline std::vector<std::uint32_t> ladder_of(const TunerParams& p) {
+  std::vector<std::uint32_t> l{p.min_ns};
+  for (double v = p.start_ns; v < p.max_ns; v *= p.ladder_factor)
+    if (v > p.min_ns) l.push_back(static_cast<std::uint32_t>(v));
+  if (p.max_ns > p.min_ns) l.push_back(p.max_ns);
+  return l;
+}
+
+// The highest rung of `ladder` (ascending) below `ns`, or its bottom one.
+inline std::uint32_t rung_below(const std::vector<std::uint32_t>& ladder, std::uint32_t ns) {
+  std::uint32_t best = ladder.front();
+  for (auto r : ladder)
+    if (r < ns) best = r;
+  return best;
 }
 
 // The parameters' validation, the one the configuration applies after reading (config.cpp) and

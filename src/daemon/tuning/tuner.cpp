@@ -22,14 +22,6 @@ Tuner::Tuner(TunerParams params, std::uint32_t initial_ns) : params_(params), we
   reset(initial_ns);
 }
 
-std::vector<std::uint32_t> Tuner::ladder() const {
-  std::vector<std::uint32_t> l{params_.min_ns};
-  for (double v = params_.start_ns; v < params_.max_ns; v *= params_.ladder_factor)
-    if (v > params_.min_ns) l.push_back(static_cast<std::uint32_t>(v));
-  if (params_.max_ns > params_.min_ns) l.push_back(params_.max_ns);
-  return l;
-}
-
 void Tuner::set_params(const TunerParams& params) {
   params_ = params;
   weights_ = weights_for(params);
@@ -38,7 +30,7 @@ void Tuner::set_params(const TunerParams& params) {
 
 void Tuner::reset(std::uint32_t ns) {
   current_ = ns;
-  ladder_ = ladder();
+  ladder_ = ladder_of(params_);
   phase_ = Phase::steady;
   measured_.clear();
   priors_.clear();
@@ -58,15 +50,6 @@ void Tuner::reset(std::uint32_t ns) {
   growth_block_ticks_ = 0;
 }
 
-std::string_view Tuner::phase() const noexcept {
-  switch (phase_) {
-    case Phase::steady: return "steady";
-    case Phase::sweep: return "sweep";
-    case Phase::confirm: return "confirm";
-  }
-  return "?";
-}
-
 Noise Tuner::noise() const noexcept {
   // The priors, or what the steady ticks showed of this load's spread when it is larger.
   return {std::max(params_.tick_noise, detector_.observed_noise(0)),
@@ -80,13 +63,6 @@ Score Tuner::score_of(const RungMeasurement& r, const RungMeasurement& base) con
   const Noise learned{detector_.observed_noise(0),
                       std::max(detector_.observed_noise(1), detector_.observed_noise(2))};
   return score(r, base, penalty_ns_, weights_, learned);
-}
-
-std::uint32_t Tuner::rung_below(std::uint32_t ns) const {
-  std::uint32_t best = ladder_.front();
-  for (auto r : ladder_)
-    if (r < ns) best = r;
-  return best;
 }
 
 std::string Tuner::describe(const RungMeasurement& r) const {
@@ -270,7 +246,6 @@ Decision Tuner::confirm(Decision d) {
       retried_ = true;
       for (auto& p : priors_)
         if (p.ns == m.ns) p = m;
-
       return start_sweep(std::move(d), Rule::confirmation_failed, against, m);
     }
     // The second disagreement on the same load: its rates move more than the noise model says.
@@ -288,7 +263,7 @@ Decision Tuner::confirm(Decision d) {
 Decision Tuner::steady(Decision d, const RungMeasurement& t) {
   if (weights_.budget_percent && t.max_poll_cpu_percent() > *weights_.budget_percent && current_ > ladder_.front()) {
     ceiling_ = current_;
-    return move(std::move(d), Rule::budget_overrun, Action::shrink, rung_below(current_),
+    return move(std::move(d), Rule::budget_overrun, Action::shrink, rung_below(ladder_, current_),
                 fmt::format("budget: busiest CPU polls {:.1f}% > {:.1f}%: one rung down, not above {} ns until the "
                             "next sweep",
                             t.max_poll_cpu_percent(), *weights_.budget_percent, current_));
@@ -389,7 +364,7 @@ Decision Tuner::decide_step(const Observation& obs) {
     swept_ = false;
     phase_ = Phase::steady;
     predicted_from_.reset();
-    auto out = move(std::move(d), Rule::steal_backoff, Action::shrink, rung_below(current_),
+    auto out = move(std::move(d), Rule::steal_backoff, Action::shrink, rung_below(ladder_, current_),
                     fmt::format("host contended: steal {:.1f}% > {:.1f}%: one rung down, no growth for {} ticks",
                                 *obs.steal_percent, params_.steal_backoff_percent, growth_block_ticks_));
     referenced_ = false;

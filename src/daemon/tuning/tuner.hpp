@@ -50,8 +50,10 @@ class Tuner {
   std::uint32_t current_ns() const noexcept { return current_; }
   // Budget policy: the rung whose overrun was seen, not climbed to again until the next sweep.
   std::optional<std::uint32_t> growth_ceiling_ns() const noexcept { return ceiling_; }
-  std::vector<std::uint32_t> ladder() const;
-  std::string_view phase() const noexcept;
+  std::vector<std::uint32_t> ladder() const { return ladder_of(params_); }
+  std::string_view phase() const noexcept {
+    return phase_ == Phase::sweep ? "sweep" : phase_ == Phase::confirm ? "confirm" : "steady";
+  }
   // Measuring the ladder's rungs one after another (the daemon then ticks at sweep_interval_ms).
   // A confirmation is not: it is judged on whole ticks, like the steady rates it is compared with.
   // Before its first decision the tuner wants its first look soon as well.
@@ -83,7 +85,6 @@ class Tuner {
   Decision confirm(Decision d);
   Decision steady(Decision d, const RungMeasurement& t);
   std::optional<std::size_t> next_rung(std::size_t after) const;
-  std::uint32_t rung_below(std::uint32_t ns) const;
   std::string describe(const RungMeasurement& r) const;
   bool busy(const RungMeasurement& t) const;
   Noise noise() const noexcept;

@@ -45,6 +45,21 @@ TEST_CASE("the ladder is geometric from start_ns, bounded by min_ns and max_ns")
   p.max_ns = 150000;
   Tuner u(p);
   CHECK(u.ladder() == std::vector<std::uint32_t>{20000, 25000, 50000, 100000, 150000});
+  // A rung exactly at min_ns or max_ns appears once; min_ns == max_ns is a one-rung ladder.
+  p.min_ns = 25000;
+  p.max_ns = 100000;
+  CHECK(ladder_of(p) == std::vector<std::uint32_t>{25000, 50000, 100000});
+  p.max_ns = 25000;
+  CHECK(ladder_of(p) == std::vector<std::uint32_t>{25000});
+}
+
+TEST_CASE("one rung down is the highest rung strictly below, or the bottom one") {
+  const std::vector<std::uint32_t> l = ladder_of(TunerParams{});
+  CHECK(rung_below(l, 12500) == 0);
+  CHECK(rung_below(l, 12501) == 12500);
+  CHECK(rung_below(l, 400000) == 200000);
+  CHECK(rung_below(l, 0) == 0);
+  CHECK(rung_below(l, 1000000) == 400000);
 }
 
 TEST_CASE("the eBPF programs are wanted in sweeps and confirmations, and on one steady tick in steady_trace_every") {
