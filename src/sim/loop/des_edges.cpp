@@ -98,7 +98,9 @@ Observation DesSignals::sample(std::uint64_t now_ns) {
 
 bool DesSignals::set_idle_trace_attached(bool on, std::string why) {
   if (!o_.ebpf) return false;
-  if (!on) whole_ = false;
+  // As Sensors: the controller attaches right after a sample, so the tick in progress counts
+  // as whole (the eBPF counts are deltas from that sample); detached, the next tick is not.
+  if (on != attached_) whole_ = on;
   attached_ = on;
   detached_why_ = on ? std::string() : std::move(why);
   return true;
