@@ -170,6 +170,7 @@ FitInputs fit_inputs_from(const std::vector<CounterPoint>& rec, FitInputs in) {
   in.pipe_halts_per_s_low_cap = pipe_a.halts_per_s;
   in.pipe_entries_per_s_low_cap = pipe_a.entries_per_s;
   in.pipe_low_cap_ns = 30000;
+  in.rr_per_s_halting = find(rec, "rr", 0).result;
   const CounterPoint& rr_a = find(rec, "rr", 30000);
   const CounterPoint& rr_p = find(rec, "rr", 200000);
   in.rr_per_s_polling = (rr_a.result + rr_p.result) / 2;
@@ -189,32 +190,34 @@ FitInputs fit_inputs_from(const std::vector<CounterPoint>& rec, FitInputs in) {
 }
 
 const char* not_covered(const std::string& load, std::uint32_t cap, const std::string& q) {
-  // Inside a closed loop's knee the real guest polls from a lower cap than the model: under polling
-  // its idle periods are a few µs shorter than the model's (the pipe fast already from 20000, rr
-  // from 20000, where the model needs 30000).
+  // Inside a closed loop's knee the real guest polls from a lower cap than the model: the pipe
+  // runs at 25.8 us/op at 10000 (the model 43), and request/response merges most of its socket's
+  // write-space wake-ups with the reply (1.9 idle entries a round trip at cap 0, the model 3), so
+  // that the model halts more from 10000 to 25000 and reaches the real speed only from 25000.
   constexpr const char* knee = "inside the load's knee (the real loop polls from a lower cap)";
-  if ((load == "pipe" && cap == 10000) || (load == "rr" && cap >= 10000 && cap <= 25000)) return knee;
-  if (load == "pipe" && cap == 20000 && q == "halts") return knee;
-  // The database-shaped load halts 3.7 times per round trip at cap 0 where its program has two
-  // idle periods: short extra periods the model lacks, so its halts differ at every cap (they are
-  // caught by polling above, where the model's trapped periods halt instead).
-  if (load == "db" && q == "halts") return "extra short idle periods of the real database-shaped load (3.7 per round trip)";
-  if (load == "db" && cap >= 25000 && cap <= 50000 && (q == "result" || q == "poll"))
-    return "the database-shaped load polls part of the time from 25000 on (0.82 x at 50000; the model halts: 0.67 x)";
-  // The trap's edge (a limit L with the period t = 2 L): the real timer at 75000 and the database-
-  // shaped load at 75000 halt more than the model, which grows the limit past it more often.
-  if (cap == 75000 && (q == "poll" || (load == "db" && q == "result")) && (load == "timer" || load == "db"))
-    return "the governor's trap at its edge (t = 2 L; the real database-shaped cell is bimodal, 5183-7255/s)";
-  // The pipe's rare periods over a cap: the model's moderate delays (an exponential of an assumed
-  // 10 µs mean) decay more slowly than the real ones, 200-350 halts/s against 80-150 above 30000,
-  // and its poll share is the fit caps' (26 %) where the cells' spread 20-27 %.
-  if (load == "pipe" && cap > 30000 && (q == "halts" || q == "poll"))
-    return "the pipe's rare long periods and poll share spread between cells";
+  if (load == "pipe" && cap == 10000 && (q == "result" || q == "halts")) return knee;
+  if (load == "pipe" && cap >= 20000 && cap <= 25000 && q == "halts") return knee;
+  if (load == "rr" && cap >= 10000 && cap <= 25000 && q == "halts") return knee;
+  if (load == "rr" && cap == 20000 && q == "result") return knee;
+  // The database-shaped load's wait for the reply, split by its socket's write-space wake-up,
+  // lasts about 60 us: a limit of grow_start (50000) traps it (poll 50 us, then halt), and only a
+  // halt longer than the limit grows it past. The model polls more in the trap than the real
+  // load at 25000-50000 and leaves it at 75000 (the real cells there are bimodal, 5183-7255/s).
+  // Above, the rare long periods shrink a limit back into the trap now and then; how long it stays
+  // there varies from cell to cell (the model's halts at 100000-400000 range over 180-1600/s with
+  // the fit's iterations, the real ones 83-146/s): its halts are not asserted from 25000 on.
+  constexpr const char* trap = "the database-shaped load in the trap of grow_start (50000) and its way out";
+  if (load == "db" && cap >= 25000 && cap <= 75000 && q == "poll") return trap;
+  if (load == "db" && cap >= 25000 && q == "halts") return trap;
+  if (load == "db" && cap == 75000 && q == "result") return trap;
+  // The pipe's poll share: the model's is the fit caps' (26 %), the real cells above 30000 spread
+  // over 20-27 %.
+  if (load == "pipe" && cap > 30000 && q == "poll") return "the pipe's poll share spreads between cells (20-27 %)";
   return nullptr;
 }
 
 Calibration refine_costs(Calibration cal, const FitInputs& in, int iterations) {
-  constexpr Ns warmup = 100'000'000, run = 1'000'000'000;
+  constexpr Ns warmup = 100'000'000, run = 2'000'000'000;
   for (int i = 0; i < iterations; ++i) {
     const CellResult p = run_cell(cal.costs, calibrated_pipe(cal), 2, 200000, warmup, run, 1, "round_trip");
     const double rt = in.pipe_us_per_op_polling * 1000;
@@ -228,14 +231,58 @@ Calibration refine_costs(Calibration cal, const FitInputs& in, int iterations) {
     cal.costs.wake_polling.tail_mean_ns = tail_mean;
     cal.pipe_block_ns =
         std::max(0.0, cal.pipe_block_ns + (p.poll_percent_per_cpu / 100 - in.pipe_poll_share_polling) * rt);
+    if (cal.socket_work_ns > 0) cal.socket_block_ns = cal.pipe_block_ns;  // the same way to sleep (fit_costs)
+    // The rare long delays from the pipe's halts at 200000 and the moderate ones from its halts at
+    // the low cap: the closed form counts one halt per delay over the cap, the model also the
+    // halts of the limits the long ones shrink. Each probability scaled by real over simulated.
+    if (in.pipe_halts_per_s_polling > 0 && p.halts_per_s > 0)
+      cal.costs.wake_polling.tail_p = std::clamp(tail_p * in.pipe_halts_per_s_polling / p.halts_per_s, 0.0, 1.0);
+    if (in.pipe_halts_per_s_low_cap > 0) {
+      const CellResult lo = run_cell(cal.costs, calibrated_pipe(cal), 2, in.pipe_low_cap_ns, warmup, run, 1, "round_trip");
+      Dist& d = cal.costs.wake_delay;
+      if (lo.halts_per_s > 0) d.tail_p = std::clamp(d.tail_p * in.pipe_halts_per_s_low_cap / lo.halts_per_s, 0.0, 1.0);
+    }
     if (in.rr_per_s_polling > 0 && cal.socket_work_ns > 0) {
       const CellResult r = run_cell(cal.costs, calibrated_request_response(cal, in.rr_think_us, in.rr_work_us), 2,
                                     200000, warmup, run, 1, "rtt");
       const double rt_target = 1e9 / in.rr_per_s_polling;
       const double rt_sim = r.ops > 0 ? r.seconds * 1e9 / static_cast<double>(r.ops) : rt_target;
       cal.socket_work_ns = std::max(100.0, cal.socket_work_ns + (rt_target - rt_sim) / 2);
-      cal.socket_block_ns =
-          std::max(0.0, cal.socket_block_ns + (r.poll_percent_per_cpu / 100 - in.rr_poll_share_polling) * rt_target);
+      // The poll share's error on the spurious wake-up's CPU time (two CPUs, one each a round trip).
+      Dist& sw = cal.costs.spurious_wake;
+      sw = Dist::with_mean(
+          std::max(100.0, sw.mean_ns() + (r.poll_percent_per_cpu / 100 - in.rr_poll_share_polling) * rt_target), sw.sigma);
+    }
+    // At cap 0: the waker's IPI cost from request/response (two a round trip on its path: the
+    // write-space wake-ups of the halted sender), then a long halt's wake-up from the database-
+    // shaped load's mean round trip (two a round trip); the halted wake-ups' shape follows both.
+    auto body_mean = [](const Dist& d) { return d.median_ns * std::exp(d.sigma * d.sigma / 2); };
+    {
+      // The pipe at cap 0: the short halted wake-up (two a round trip), whose closed form leaves
+      // out the long path that some of its halts take.
+      const CellResult r = run_cell(cal.costs, calibrated_pipe(cal), 2, 0, warmup, run, 1, "round_trip");
+      Dist& m = cal.costs.wake_halted;
+      m = Dist::with_mean(std::max(body_mean(cal.costs.wake_polling),
+                                   body_mean(m) + (in.pipe_us_per_op_halting - r.result_mean_us) * 1000 / 2),
+                          m.sigma);
+      shape_halted_wakes(cal, in, body_mean(cal.costs.ipi_send));
+    }
+    if (in.rr_per_s_halting > 0) {
+      const CellResult r = run_cell(cal.costs, calibrated_request_response(cal, in.rr_think_us, in.rr_work_us), 2, 0,
+                                    warmup, run, 1, "rtt");
+      const double rt_target = 1e9 / in.rr_per_s_halting;
+      const double rt_sim = r.ops > 0 ? r.seconds * 1e9 / static_cast<double>(r.ops) : rt_target;
+      const double ipi = std::max(0.0, body_mean(cal.costs.ipi_send) + (rt_target - rt_sim) / 2);
+      shape_halted_wakes(cal, in, ipi);
+    }
+    if (in.db_rtt_us_halting > 0 && cal.costs.host_poll_ns > 0) {
+      const CellResult r = run_cell(cal.costs, calibrated_request_response(cal, in.db_work_us, in.db_work_us), 2, 0,
+                                    warmup, run, 1, "rtt");
+      Dist& l = cal.costs.wake_halted_long;
+      l = Dist::with_mean(std::max(body_mean(cal.costs.wake_halted),
+                                   body_mean(l) + (in.db_rtt_us_halting - r.result_mean_us) * 1000 / 2),
+                          l.sigma);
+      shape_halted_wakes(cal, in, body_mean(cal.costs.ipi_send));
     }
   }
   return cal;
@@ -259,6 +306,7 @@ FitInputs recorded_fit_inputs() {
   in.db_rtt_us_halting = 138.995;
   in.db_work_us = 60;
   in.rr_per_s_polling = 21186.2;
+  in.rr_per_s_halting = 13305.25;
   in.rr_poll_share_polling = 0.367118;
   in.rr_work_us = 20;
   in.rr_think_us = 10;

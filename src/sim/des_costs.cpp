@@ -44,6 +44,33 @@ Ns Dist::draw(Rng& r) const noexcept {
   return static_cast<Ns>(std::llround(x));
 }
 
+void shape_halted_wakes(Calibration& c, const FitInputs& in, double ipi_send_ns) {
+  Costs& k = c.costs;
+  auto body_mean = [](const Dist& d) { return d.median_ns * std::exp(d.sigma * d.sigma / 2); };
+  const double mean_m = body_mean(k.wake_halted), mean_long = body_mean(k.wake_halted_long);
+  const double w = c.pipe_work_ns, block = c.pipe_block_ns;
+  // A halted pipe CPU's idle period at cap 0: from its sleep (its IPI's cost and its block after
+  // its write) the partner's halted wake-up and work, then the share f of its own wake-up that
+  // passes before its halt ends: m + w + f m - block - ipi.
+  const double f = std::clamp((in.pipe_halted_period_p50_us * 1000 - mean_m - w + block + ipi_send_ns) / mean_m, 0.05, 1.0);
+  // The spread of that period (p10..p90) comes from the two draws of m: sd = cv m sqrt(1 + f^2).
+  const double sd = (in.pipe_halted_period_p90_us - in.pipe_halted_period_p10_us) * 1000 / (2 * z90);
+  const double cv = sd / (mean_m * std::sqrt(1 + f * f));
+  const double sigma_m = std::sqrt(std::log1p(cv * cv));
+  const double tail_p = k.wake_polling.tail_p, tail_mean = k.wake_polling.tail_mean_ns;
+  k.wake_halted = Dist::with_mean(mean_m, sigma_m);
+  k.wake_halted.tail_p = tail_p;
+  k.wake_halted.tail_mean_ns = tail_mean;
+  k.halt_exit_share = f;
+  // The long path's extra over the short one is the host's, while the vCPU does not run: inside
+  // the halt residency.
+  k.wake_halted_long = Dist::with_mean(mean_long, sigma_m);
+  k.wake_halted_long.tail_p = tail_p;
+  k.wake_halted_long.tail_mean_ns = tail_mean;
+  k.halt_exit_share_long = (f * mean_m + (mean_long - mean_m)) / mean_long;
+  k.ipi_send = ipi_send_ns > 0 ? Dist::with_mean(ipi_send_ns, 0.25) : Dist{};
+}
+
 Calibration fit_costs(const FitInputs& in, const FitAssumptions& as) {
   Calibration c;
   const double w = as.pipe_work_us * 1000;
@@ -77,36 +104,23 @@ Calibration fit_costs(const FitInputs& in, const FitAssumptions& as) {
   // wake-up and work later): POLL residency per round trip = hop - block. (refine_costs, in
   // des_calibration.hpp, corrects both against simulated cells at the fit caps.)
   const double block = std::clamp(hop_poll - in.pipe_poll_share_polling * rt_poll, 0.0, hop_poll);
-  // A halted CPU's idle period at cap 0: the partner's halted wake-up and work, then the share f
-  // of its own wake-up that passes before its halt ends, less its block: m + w + f·m - block.
-  const double f = std::clamp((in.pipe_halted_period_p50_us * 1000 - mean_m - w + block) / mean_m, 0.05, 1.0);
-  // The spread of that period (p10..p90) comes from the two draws of m: sd = cv·m·sqrt(1 + f²).
-  const double sd = (in.pipe_halted_period_p90_us - in.pipe_halted_period_p10_us) * 1000 / (2 * z90);
-  const double cv = sd / (mean_m * std::sqrt(1 + f * f));
-  const double sigma_m = std::sqrt(std::log1p(cv * cv));
-
   c.costs.wake_polling = Dist::with_mean(mean_h, as.wake_polling_sigma);
   c.costs.wake_polling.tail_p = tail_p;
   c.costs.wake_polling.tail_mean_ns = tail_mean;
-  c.costs.wake_halted = Dist::with_mean(mean_m, sigma_m);
-  c.costs.wake_halted.tail_p = tail_p;
-  c.costs.wake_halted.tail_mean_ns = tail_mean;
-  c.costs.halt_exit_share = f;
-  c.costs.halt_exit_share_long = f;
+  c.costs.wake_halted = Dist::with_mean(mean_m, 0);
   c.costs.wake_delay = Dist{0, 0, delay_p, delay_mean};
   // A long halt's wake-up: the database-shaped request/response at cap 0, RTT = server work + two
-  // hops of (work + wake-up), both sides halting longer than host_poll.
+  // hops of (work + wake-up), both sides halting longer than host_poll (refine_costs corrects it
+  // against the simulated cell).
   c.costs.wake_halted_long = c.costs.wake_halted;
   if (in.db_rtt_us_halting > 0) {
     const double mean_long = std::max(mean_m, (in.db_rtt_us_halting * 1000 - in.db_work_us * 1000 - 2 * w) / 2);
-    c.costs.wake_halted_long = Dist::with_mean(mean_long, sigma_m);
-    c.costs.halt_exit_share_long = (f * mean_m + (mean_long - mean_m)) / mean_long;
-    c.costs.wake_halted_long.tail_p = tail_p;
-    c.costs.wake_halted_long.tail_mean_ns = tail_mean;
+    c.costs.wake_halted_long = Dist::with_mean(mean_long, 0);
     c.costs.host_poll_ns = static_cast<Ns>(as.host_poll_us * 1000);
   }
   c.pipe_work_ns = w;
   c.pipe_block_ns = block;
+  shape_halted_wakes(c, in, 0);
 
   // The timer: lateness = slack + the local timer's latency; medians at cap 0 (halting) and cap
   // 200000 (polling); σ from p99 / p50 at cap 0. One wake-up in the run's 20000 was over 2 ms late.
@@ -118,14 +132,21 @@ Calibration fit_costs(const FitInputs& in, const FitAssumptions& as) {
   c.costs.timer_in_poll = Dist{tp, sigma_t, 1.0 / 20000, 2e6};
   c.timer_slack_ns = slack;
 
-  // The socket's hop (bench_load_rr at cap 200000): a round trip is think + work + two hops of
-  // (work + polling wake-up); both CPUs poll from their block to the peer's post, so the poll time
-  // per round trip, share × 2 × RT, is think + work + 2 (hop - block).
+  // The socket's hop (bench_load_rr at caps 30000 and 200000, both CPUs polling): a round trip is
+  // think + work + two hops of (the sender's work + a polling wake-up). The sender's way from its
+  // write to sleep is the pipe's (the same system calls' return and entry: assumed), shorter than
+  // the reader's wake-up, so that the reader takes the token after the sender sleeps and its
+  // write-space wake-up (step::post_socket) wakes the sender once a hop. The CPU time of that
+  // spurious wake-up is what the poll share leaves: per CPU and round trip (the mean of the two),
+  // RT (1 - share) = (think + work) / 2 + work_hop + block + 2 wake-ups + spurious.
   if (in.rr_per_s_polling > 0) {
     const double rt = 1e9 / in.rr_per_s_polling;
     const double hop = (rt - (in.rr_think_us + in.rr_work_us) * 1000) / 2;
     c.socket_work_ns = std::max(100.0, hop - mean_h);
-    c.socket_block_ns = std::max(0.0, hop + (in.rr_think_us + in.rr_work_us) * 500 - in.rr_poll_share_polling * rt);
+    c.socket_block_ns = block;
+    const double spurious = rt * (1 - in.rr_poll_share_polling) - (in.rr_think_us + in.rr_work_us) * 500 -
+                            c.socket_work_ns - block - 2 * mean_h;
+    c.costs.spurious_wake = Dist::with_mean(std::max(100.0, spurious), 0.2);
   }
 
   // Request/response on one vCPU: RTT = server work + two hops (work and block) + two switches.

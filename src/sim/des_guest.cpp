@@ -26,6 +26,15 @@ constexpr Ns kNever = std::numeric_limits<Ns>::max();
 constexpr Ns kLatest = (kNever >> kSlotBits) - 1;  // later events are kept at this time
 constexpr Ns key_of(Ns t, int slot) noexcept { return (std::min(t, kLatest) << kSlotBits) | slot; }
 
+// Guest::Thread::sock: what a thread reading a socket channel is doing, in the top bits, and its
+// channel (blocked, spurious, recheck) or the thread whose token it took (consume) below.
+constexpr std::int32_t kSockBlocked = 1 << 28;   // in the channel's waiters
+constexpr std::int32_t kSockConsume = 2 << 28;   // woken with a token: on its run, wake the token's sender
+constexpr std::int32_t kSockSpurious = 3 << 28;  // woken by write space: on its run, check the channel
+constexpr std::int32_t kSockRecheck = 4 << 28;   // found nothing: after its way back, check and sleep
+constexpr std::int32_t kSockKind = 7 << 28;
+constexpr std::int32_t kSockArg = (1 << 28) - 1;
+
 bool same(const Dist& a, const Dist& b) noexcept {
   return a.median_ns == b.median_ns && a.sigma == b.sigma && a.tail_p == b.tail_p && a.tail_mean_ns == b.tail_mean_ns;
 }
@@ -62,6 +71,7 @@ struct alignas(64) Guest::Cpu {
   std::uint8_t last_state = 0;   // cpuidle's last_state_idx (starts 0, as a zeroed device)
   std::uint32_t id;
   Ns since = 0;               // start of the current idle period
+  Ns ipi_debt = 0;            // IPIs this CPU sent while running: its next compute step runs longer
   std::uint64_t limit = 0;    // gov.window_ns(), which changes only where it is re-read
   Thread* waking = nullptr;   // the thread a wake-up in progress will run (null: none)
   std::uint64_t poll_ns = 0;
@@ -80,13 +90,24 @@ struct alignas(64) Guest::Thread {
   Ns begin_t = 0;
   Ns deadline = 0;
   Ns timer_at = kNever;
-  int lateness_metric = -1;  // set while sleeping on a periodic timer
+  std::int16_t lateness_metric = -1;  // set while sleeping on a periodic timer
   // A metric sample of a resume that the event loop ran ahead (Guest::resume): recorded once
   // virtual time reaches pending_at, so that a reader never sees it early.
-  int pending_metric = -1;
+  std::int16_t pending_metric = -1;
+  std::int32_t sock = 0;  // 0, or kSock* | its argument: a thread reading from a socket channel
   std::uint64_t pending_value = 0;
   Ns pending_at = 0;
 };
+
+bool Guest::Fifo::remove(Thread* t) noexcept {
+  for (std::uint32_t i = 0; i < size_; ++i) {
+    if (buf_[(head_ + i) & mask_] != t) continue;
+    for (std::uint32_t k = i; k + 1 < size_; ++k) buf_[(head_ + k) & mask_] = buf_[(head_ + k + 1) & mask_];
+    --size_;
+    return true;
+  }
+  return false;
+}
 
 void Guest::Fifo::grow() {
   const std::uint32_t cap = std::max<std::uint32_t>(4, 2 * (mask_ + 1));
@@ -107,7 +128,22 @@ Guest::Guest(GuestConfig cfg, Workload load)
   }
   tokens_.assign(static_cast<std::size_t>(load_.channels), 0);
   waiters_.resize(static_cast<std::size_t>(load_.channels));
+  socket_.assign(static_cast<std::size_t>(load_.channels), 0);
+  sent_.resize(static_cast<std::size_t>(load_.channels));
   const auto nmetrics = static_cast<int>(load_.metrics.size());
+  if (nmetrics > std::numeric_limits<std::int16_t>::max() || load_.channels > kSockArg ||
+      load_.threads.size() > static_cast<std::size_t>(kSockArg))
+    throw std::invalid_argument("a load of at most 32767 metrics and 268435455 channels and threads");
+  // A channel's tokens all come over a socket or none do (a socket channel's reader is woken by
+  // its sender's write space).
+  std::vector<std::uint8_t> plain(socket_.size(), 0);
+  for (const ThreadSpec& t : load_.threads)
+    for (const Step& s : t.steps)
+      if ((s.op == Step::Op::post || s.op == Step::Op::post_socket) && s.arg >= 0 && s.arg < load_.channels)
+        (s.op == Step::Op::post ? plain : socket_)[static_cast<std::size_t>(s.arg)] = 1;
+  for (std::size_t ch = 0; ch < socket_.size(); ++ch)
+    if (plain[ch] && socket_[ch])
+      throw std::invalid_argument("channel " + std::to_string(ch) + " is posted to both over a socket and not");
   std::size_t nsteps = 0;
   for (const ThreadSpec& t : load_.threads) {
     if (t.cpu < 0 || t.cpu >= cfg_.cpus)
@@ -115,7 +151,7 @@ Guest::Guest(GuestConfig cfg, Workload load)
                                   ", the guest has " + std::to_string(cfg_.cpus));
     bool advances = false;
     for (const Step& s : t.steps) {
-      const bool channel = s.op == Step::Op::post || s.op == Step::Op::wait;
+      const bool channel = s.op == Step::Op::post || s.op == Step::Op::post_socket || s.op == Step::Op::wait;
       const bool metric = s.op == Step::Op::begin || s.op == Step::Op::end || s.op == Step::Op::sleep_period;
       if (channel && (s.arg < 0 || s.arg >= load_.channels))
         throw std::invalid_argument("thread " + t.name + ": channel " + std::to_string(s.arg) + " out of range");
@@ -179,6 +215,9 @@ Guest::Guest(GuestConfig cfg, Workload load)
   timer_in_poll_ = tables_.sampler(k.timer_in_poll);
   housekeeping_gap_ = tables_.sampler(k.housekeeping_gap);
   steal_ = tables_.sampler(k.steal);
+  spurious_wake_ = tables_.sampler(k.spurious_wake);
+  ipi_send_ = tables_.sampler(k.ipi_send);
+  ipi_send_cost_ = k.ipi_send.median_ns > 0 || k.ipi_send.tail_p > 0;
   steals_ = k.steal_probability > 0;
   for (const Dist* d : {&k.wake_halted, &k.wake_halted_long, &k.timer_in_halt})
     cost_samplers_.push_back({d, *d, tables_.sampler(*d)});
@@ -336,7 +375,7 @@ void Guest::fire_timer(Cpu& c) {
   if (next != kNever) set(c, timer, next);
   if (due == nullptr) return;
   due->timer_at = kNever;
-  wake(*due, false);
+  wake(*due, nullptr);
 }
 
 void Guest::set_timer(Thread& t, Ns at) {
@@ -392,7 +431,9 @@ const Sampler& Guest::prepare(const Dist& d) {
              static_cast<std::uint64_t>(std::max<Ns>(0, now_ - t->deadline)));
       t->lateness_metric = -1;
     }
-    if (!run_steps(c, *t)) return;
+    const SocketRun r = t->sock == 0 ? SocketRun::proceed : socket_run(c, *t);
+    if (r == SocketRun::computing) return;
+    if (r == SocketRun::proceed && !run_steps(c, *t)) return;
     if (c.runq.empty()) {
       enter_idle(c);
       return;
@@ -409,22 +450,27 @@ const Sampler& Guest::prepare(const Dist& d) {
     switch (s.op) {
       case Step::Op::compute:
         c.current = &t;
-        set(c, run, now_ + steal(s.d->draw(rng_)));
+        set(c, run, now_ + steal(s.d->draw(rng_)) + c.ipi_debt);
+        c.ipi_debt = 0;
         return false;
-      case Step::Op::post: post(s.arg, c); break;
+      case Step::Op::post: post(s.arg, c, t, false); break;
+      case Step::Op::post_socket: post(s.arg, c, t, true); break;
       case Step::Op::wait: {
-        auto& tok = tokens_[static_cast<std::size_t>(s.arg)];
+        const auto ch = static_cast<std::size_t>(s.arg);
+        auto& tok = tokens_[ch];
         if (tok > 0) {
           --tok;
+          if (socket_[ch]) write_space(*sent_[ch].pop(), c);
           break;
         }
-        waiters_[static_cast<std::size_t>(s.arg)].push(&t);
+        waiters_[ch].push(&t);
+        if (socket_[ch]) t.sock = kSockBlocked | s.arg;
         return true;
       }
       case Step::Op::sleep_period:
         // The next multiple of the period after now; the timer fires `slack` after it.
         t.deadline = (now_ / s.period + 1) * s.period;
-        t.lateness_metric = s.arg;
+        t.lateness_metric = static_cast<std::int16_t>(s.arg);
         set_timer(t, t.deadline + s.slack);
         return true;
       case Step::Op::sleep_exp:
@@ -441,21 +487,72 @@ const Sampler& Guest::prepare(const Dist& d) {
   }
 }
 
-[[gnu::always_inline]] inline void Guest::post(int ch, const Cpu& from) {
+// A socket channel's token taken (the kernel's read frees its buffer: sock_wfree ->
+// unix_write_space): the sender's socket has room again, and every thread asleep on that socket's
+// wait queue wakes, whatever it waits for; the sender asleep in its own read wakes, finds nothing
+// and sleeps again. Measured on Linux 6.18 with bench_load_rr's shape: about two voluntary context
+// switches per round trip on each side, one over a pipe.
+void Guest::write_space(Thread& sender, Cpu& from) {
+  if ((sender.sock & kSockKind) != kSockBlocked) return;
+  const int ch = sender.sock & kSockArg;
+  waiters_[static_cast<std::size_t>(ch)].remove(&sender);
+  sender.sock = kSockSpurious | ch;
+  wake(sender, &from);
+}
+
+Guest::SocketRun Guest::socket_run(Cpu& c, Thread& t) {
+  const int kind = t.sock & kSockKind, arg = t.sock & kSockArg;
+  t.sock = 0;
+  if (kind == kSockConsume) {
+    write_space(threads_[static_cast<std::size_t>(arg)], c);
+    return SocketRun::proceed;
+  }
+  // Woken by write space while waiting to read channel arg: the data may have come meanwhile.
+  const auto ch = static_cast<std::size_t>(arg);
+  if (tokens_[ch] > 0) {
+    --tokens_[ch];
+    write_space(*sent_[ch].pop(), c);
+    return SocketRun::proceed;
+  }
+  if (kind == kSockSpurious) {
+    t.sock = kSockRecheck | arg;
+    c.current = &t;
+    set(c, run, now_ + steal(spurious_wake_.draw(rng_)) + c.ipi_debt);
+    c.ipi_debt = 0;
+    return SocketRun::computing;
+  }
+  waiters_[ch].push(&t);
+  t.sock = kSockBlocked | arg;
+  return SocketRun::blocked;
+}
+
+[[gnu::always_inline]] inline void Guest::post(int ch, Cpu& from, Thread& sender, bool socket) {
   Fifo& w = waiters_[static_cast<std::size_t>(ch)];
   if (w.empty()) {
     ++tokens_[static_cast<std::size_t>(ch)];
+    if (socket) sent_[static_cast<std::size_t>(ch)].push(&sender);
     return;
   }
   Thread& t = *w.pop();
-  wake(t, t.cpu != &from);
+  // The reader takes the token when it runs, and wakes the sender's socket then.
+  if (socket) t.sock = kSockConsume | static_cast<std::int32_t>(&sender - threads_.data());
+  wake(t, &from);
 }
 
-[[gnu::always_inline]] inline void Guest::wake(Thread& t, bool remote) {
+[[gnu::always_inline]] inline void Guest::wake(Thread& t, Cpu* from) {
   Cpu& c = *t.cpu;
+  const bool remote = from != nullptr && from != &c;
   switch (c.st) {
-    case Cpu::St::running:
-    case Cpu::St::waking: c.runq.push(&t); return;
+    case Cpu::St::running: c.runq.push(&t); return;
+    case Cpu::St::waking:
+      // After a halt has ended the idle loop runs with the polling flag set again until it
+      // switches to the thread (the tick's restart on the way): a remote waker sends no IPI.
+      if (remote && c.last_state == 1 && c.key[halt_end] == kNever) {
+        ++c.counters.wake_idle_without_ipi;
+        log(now_, c, TraceEvent::Kind::wake_idle_without_ipi, 0);
+      }
+      c.runq.push(&t);
+      return;
     case Cpu::St::poll: {
       // The poll sees need-resched at once; a remote waker found the polling flag and sent no IPI.
       end_poll(c, false);
@@ -469,7 +566,10 @@ const Sampler& Guest::prepare(const Dist& d) {
       return;
     }
     case Cpu::St::halt: {
-      if (remote) ++c.counters.ipis;
+      if (remote) {
+        ++c.counters.ipis;
+        if (ipi_send_cost_) from->ipi_debt += ipi_send_.draw(rng_);
+      }
       const Ns halted_for = now_ - c.since;
       const Dist& d = remote ? cfg_.costs.halted_wake(halted_for) : cfg_.costs.halted_interrupt(halted_for);
       const Ns lat = steal(sampler_of(d).draw(rng_) + (remote ? wake_delay_.draw(rng_) : 0) + trace_cost_);
@@ -488,7 +588,7 @@ const Sampler& Guest::prepare(const Dist& d) {
 // sample waits for its time (Thread::pending_metric). Otherwise the resume is an event at `at`.
 [[gnu::always_inline]] inline void Guest::resume(Cpu& c, Thread& t, Ns at) {
   const int ends = t.pc->ends_to_compute;
-  if (ends < 0 || ends + (t.lateness_metric >= 0 ? 1 : 0) > 1) {
+  if (ends < 0 || ends + (t.lateness_metric >= 0 ? 1 : 0) > 1 || t.sock != 0) {
     c.st = Cpu::St::waking;
     c.waking = &t;
     set(c, run, at);
@@ -507,7 +607,7 @@ const Sampler& Guest::prepare(const Dist& d) {
     if (s.op == Step::Op::begin) {
       t.begin_t = at;
     } else if (s.op == Step::Op::end) {
-      t.pending_metric = s.arg;
+      t.pending_metric = static_cast<std::int16_t>(s.arg);
       t.pending_value = static_cast<std::uint64_t>(at - t.begin_t);
       t.pending_at = at;
     } else {
@@ -529,6 +629,7 @@ void Guest::switch_out(Cpu& c) {
 // haltpoll_select(): halt at limit 0 or after a timed-out poll, otherwise poll for the limit.
 [[gnu::always_inline]] inline void Guest::enter_idle(Cpu& c) {
   c.since = now_;
+  c.ipi_debt = 0;  // an IPI sent just before sleeping (a post then a wait) delays nothing modelled
   if (c.limit == 0 || (c.last_state == 0 && c.poll_time_limit)) {
     c.st = Cpu::St::halt;
     c.halt_after_poll = c.last_state == 0 && c.poll_time_limit;

@@ -19,8 +19,12 @@
 // posts to a channel on which a thread of another vCPU waits wakes that vCPU remotely: if it polls
 // the wake-up skips the IPI and costs `wake_polling`, if it halts it costs `wake_halted`, of which
 // the share `halt_exit_share` passes before the halt residency ends (the rest is the guest's path
-// back to the thread). A thread's own timer wakes its CPU locally (`timer_in_poll` /
-// `timer_in_halt`): a poll ended that way is a "hit" in the counters but skips no IPI.
+// back to the thread; a wake-up on that way back finds the polling flag set and skips the IPI).
+// The waker of a halted vCPU pays `ipi_send` (its next compute step runs longer). A thread's own
+// timer wakes its CPU locally (`timer_in_poll` / `timer_in_halt`): a poll ended that way is a
+// "hit" in the counters but skips no IPI. Over a socket (post_socket) the reader's taking of a
+// token also wakes its sender if it sleeps in a read of a socket channel (the kernel's write-space
+// wake-up); the sender finds nothing, spends `spurious_wake` and sleeps again.
 //
 // The interface is shaped for the daemon's layers: cumulative per-CPU counters and idle-period
 // histograms (a kernel signal source), set_params / set_cap_ns / reset_limits (an actuator), now()
@@ -150,6 +154,8 @@ class Guest {
       --size_;
       return t;
     }
+    // Takes t out wherever it stands (a socket's sender woken by write space); false if absent.
+    bool remove(Thread* t) noexcept;
 
    private:
     void grow();
@@ -176,8 +182,14 @@ class Guest {
   void set_timer(Thread& t, Ns at);
   void fire_timer(Cpu& c);
   void housekeeping_irq(Cpu& c);
-  void post(int ch, const Cpu& from);
-  void wake(Thread& t, bool remote);
+  void post(int ch, Cpu& from, Thread& sender, bool socket);
+  // What a thread with Thread::sock set does when it runs: take its token and wake the socket's
+  // sender (consume), or check again after a write-space wake-up (spurious, recheck).
+  enum class SocketRun : std::uint8_t { proceed, computing, blocked };
+  SocketRun socket_run(Cpu& c, Thread& t);
+  void write_space(Thread& sender, Cpu& from);
+  // A wake-up of t by a thread running on `from` (null: a local timer).
+  void wake(Thread& t, Cpu* from);
   void resume(Cpu& c, Thread& t, Ns at);
   void record_pending(Thread& t);
   void record(MetricStats& m, std::uint64_t ns);
@@ -196,7 +208,8 @@ class Guest {
   Ns now_ = 0;
   std::uint64_t processed_ = 0;
   SamplerTables tables_;
-  Sampler wake_polling_, wake_delay_, timer_in_poll_, housekeeping_gap_, steal_;
+  Sampler wake_polling_, wake_delay_, timer_in_poll_, housekeeping_gap_, steal_, spurious_wake_, ipi_send_;
+  bool ipi_send_cost_ = false;
   Ns trace_cost_ = 0;
   bool steals_ = false;  // steal_probability > 0
   struct CostSampler {
@@ -218,6 +231,8 @@ class Guest {
   std::vector<Sampler> step_samplers_;  // one per distinct Dist of the compute steps; likewise
   std::vector<std::int64_t> tokens_;    // per channel
   std::vector<Fifo> waiters_;           // per channel
+  std::vector<std::uint8_t> socket_;    // per channel: its tokens come over a socket (post_socket)
+  std::vector<Fifo> sent_;              // per socket channel: the senders of its tokens, in order
   std::vector<std::unique_ptr<MetricStats>> metrics_;
   std::vector<TraceEvent> log_;
 };

@@ -108,14 +108,17 @@ class Parser {
       only(s, at, {"send", "over"});
       // The hop's costs: a pipe's (perf bench sched pipe) or an AF_UNIX socket's (bench_load_rr),
       // each as the calibration fitted it (a calibration without a socket hop uses the pipe's).
-      bool socket = false;
+      // Over a socket the token also carries the socket's write-space wake-up (step::post_socket).
+      bool over_socket = false;
       if (s.contains("over")) {
         const std::string over = s["over"].is_string() ? s["over"].get<std::string>() : "";
         if (over != "pipe" && over != "socket") throw LoadError(at + "/over", "expected \"pipe\" or \"socket\"");
-        socket = over == "socket" && cal_.socket_work_ns > 0;
+        over_socket = over == "socket";
       }
+      const bool socket = over_socket && cal_.socket_work_ns > 0;
+      const int ch = channels.id(name(s[k], v));
       out.push_back(step::compute(Dist::with_mean(socket ? cal_.socket_work_ns : cal_.pipe_work_ns, 0.2)));
-      out.push_back(step::post(channels.id(name(s[k], v))));
+      out.push_back(over_socket ? step::post_socket(ch) : step::post(ch));
       out.push_back(step::compute(Dist::with_mean(socket ? cal_.socket_block_ns : cal_.pipe_block_ns, 0.2)));
     } else if (k == "post" || k == "wait") {
       only(s, at, {kind});

@@ -10,7 +10,7 @@ Workload& Workload::add(const Workload& other) {
   const int m0 = static_cast<int>(metrics.size());
   for (ThreadSpec t : other.threads) {
     for (Step& s : t.steps) {
-      if (s.op == Step::Op::post || s.op == Step::Op::wait) s.arg += ch0;
+      if (s.op == Step::Op::post || s.op == Step::Op::post_socket || s.op == Step::Op::wait) s.arg += ch0;
       if (s.op == Step::Op::begin || s.op == Step::Op::end || s.op == Step::Op::sleep_period) s.arg += m0;
     }
     threads.push_back(std::move(t));
@@ -31,16 +31,17 @@ Workload pipe_load(int cpu_a, int cpu_b, Dist work, Dist block) {
 namespace {
 // The client's request after `pre` (think time or an arrival gap), the server's reply.
 Workload rr(std::string name, int client_cpu, int server_cpu, Step pre, Dist server_work, Dist hop_work, Dist block,
-            Dist switch_cost = {}) {
+            Dist switch_cost = {}, bool socket = false) {
   Workload w{std::move(name), {}, 2, {"rtt"}};
-  ThreadSpec client{"client", client_cpu, {pre, begin(0), compute(hop_work), post(0), compute(block), wait(1)}};
+  auto send = [socket](int ch) { return socket ? post_socket(ch) : post(ch); };
+  ThreadSpec client{"client", client_cpu, {pre, begin(0), compute(hop_work), send(0), compute(block), wait(1)}};
   ThreadSpec server{"server", server_cpu, {wait(0)}};
   if (switch_cost.median_ns > 0) {
     client.steps.push_back(compute(switch_cost));
     server.steps.push_back(compute(switch_cost));
   }
   client.steps.push_back(end(0));
-  for (const Step& s : {compute(server_work), compute(hop_work), post(1), compute(block)}) server.steps.push_back(s);
+  for (const Step& s : {compute(server_work), compute(hop_work), send(1), compute(block)}) server.steps.push_back(s);
   w.threads.push_back(std::move(client));
   w.threads.push_back(std::move(server));
   return w;
@@ -48,8 +49,8 @@ Workload rr(std::string name, int client_cpu, int server_cpu, Step pre, Dist ser
 }  // namespace
 
 Workload request_response_load(int client_cpu, int server_cpu, Dist think, Dist server_work, Dist hop_work,
-                               Dist block) {
-  return rr("rr", client_cpu, server_cpu, compute(think), server_work, hop_work, block);
+                               Dist block, bool socket) {
+  return rr("rr", client_cpu, server_cpu, compute(think), server_work, hop_work, block, {}, socket);
 }
 
 Workload poisson_load(int client_cpu, int server_cpu, double rate_per_s, Dist server_work, Dist hop_work, Dist block,
@@ -87,7 +88,7 @@ Workload calibrated_request_response(const Calibration& c, double think_us, doub
   const double block = c.socket_work_ns > 0 ? c.socket_block_ns : c.pipe_block_ns;
   return request_response_load(client_cpu, server_cpu, Dist::with_mean(think_us * 1000, 0.1),
                                Dist::with_mean(work_us * 1000, 0.1), Dist::with_mean(work, 0.2),
-                               Dist::with_mean(block, 0.2));
+                               Dist::with_mean(block, 0.2), true);
 }
 
 Workload calibrated_mix(const Calibration& c, int cpus) {
