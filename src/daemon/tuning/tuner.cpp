@@ -65,6 +65,14 @@ Score Tuner::score_of(const RungMeasurement& r, const RungMeasurement& base) con
   return score(r, base, penalty_ns_, weights_, learned);
 }
 
+bool Tuner::same_objective(const RungMeasurement& a, const RungMeasurement& b) const {
+  // A rate that moved beyond the noise but leaves the objective where it was (a few halts a second
+  // against tens of thousands of wake-ups) changes nothing the choice rests on.
+  if (measured_.empty()) return false;
+  const Score x = score_of(a, measured_.front()), y = score_of(b, measured_.front());
+  return std::abs(x.j.value - y.j.value) <= params_.confidence_z * std::hypot(x.j.se, y.j.se);
+}
+
 std::string Tuner::describe(const RungMeasurement& r) const {
   if (measured_.empty() || r.ns == measured_.front().ns) return haltpolld::describe(r);
   const Score sc = score_of(r, measured_.front());
@@ -237,7 +245,7 @@ Decision Tuner::confirm(Decision d) {
       referenced_ = true;
       return out;
     }
-  } else if (!consistent(candidate_, m, z, noise())) {
+  } else if (!consistent(candidate_, m, z, noise()) && !same_objective(candidate_, m)) {
     const std::string against = fmt::format("{} on whole ticks, against {} on its sweep tick", describe(m),
                                             describe(candidate_));
     if (!retried_) {

@@ -85,6 +85,8 @@ class Tuner {
   Decision confirm(Decision d);
   Decision steady(Decision d, const RungMeasurement& t);
   std::optional<std::size_t> next_rung(std::size_t after) const;
+  // Whether two measurements of a rung give the same objective within their noise (confirm).
+  bool same_objective(const RungMeasurement& a, const RungMeasurement& b) const;
   std::string describe(const RungMeasurement& r) const;
   bool busy(const RungMeasurement& t) const;
   Noise noise() const noexcept;

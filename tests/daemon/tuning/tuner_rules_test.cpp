@@ -523,6 +523,33 @@ TEST_CASE("tick_noise: a confirmation tick is consistent with the sweep tick whi
   }
 }
 
+TEST_CASE("confirmation: a rate that moved beyond the noise but leaves the objective within it confirms the rung") {
+  // The chosen rung's whole ticks halt 20 times a second per CPU where its sweep tick halted 150
+  // (the limits were still growing to the new cap): beyond the governor's noise as a rate, but a
+  // few halts against 80000 wake-ups move the objective by far less than its standard error. A
+  // whole tick with a third of the wake-ups moves both, and is measured again.
+  for (const bool wakes_move : {false, true}) {
+    int n = 0;
+    const LoadFn load = [&n, wakes_move](std::uint32_t cap, int) {
+      if (cap == 0) return R(30000, 30000, 0, 20);
+      const bool whole = n++ >= 200;
+      const double w = whole && wakes_move ? 30000 : 80000;
+      CpuRates r = R(w, whole ? 20 : 150, 35, 10);
+      r.ipi = w - r.halts;
+      return r;
+    };
+    Tuner t(TunerParams{}, 0);
+    Decision d = until_chosen(t, load, 20000.0);
+    REQUIRE(d.rule == Rule::chosen);
+    n = 200;  // the whole ticks from here on
+    Observation o = synth(t.current_ns(), load);
+    o.halt_exit_penalty_ns = 20000.0;
+    d = t.decide(o);
+    INFO("wake-ups move: " << wakes_move << ": " << d.reason);
+    CHECK(d.rule == (wakes_move ? Rule::confirmation_failed : Rule::confirmed));
+  }
+}
+
 TEST_CASE("change_threshold: the detector fires when the CUSUM of a shift crosses it, not a tick before") {
   // After confirmation, the wake rate steps to 1.2 x. Each tick adds z - 1 to the sum, with z the
   // shift over its standard deviation; with the noise pinned (tick_noise large against Poisson,
