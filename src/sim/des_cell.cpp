@@ -65,6 +65,7 @@ CellResult run_cell(const Costs& costs, const Workload& load, int cpus, std::uin
   cfg.params.guest_halt_poll_ns = cap_ns;
   cfg.seed = seed;
   Guest g(cfg, load);
+  g.set_histograms(false);  // a cell reads the counters and the load's metric only
   g.run_until(warmup);
   const CellMeter meter(g, metric);
   g.run_until(warmup + duration);

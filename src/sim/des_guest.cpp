@@ -650,7 +650,7 @@ void Guest::switch_out(Cpu& c) {
     c.poll_ns = res;
   } else {
     clear(c, poll_timeout);
-    c.hist->poll_hit.record(res);
+    if (histograms_) c.hist->poll_hit.record(res);
   }
   log(now_, c, TraceEvent::Kind::cpu_idle, -1);
   c.last_state = 0;
@@ -662,9 +662,11 @@ void Guest::end_halt(Cpu& c) {
   const auto res = static_cast<std::uint64_t>(now_ - c.since);
   ++c.counters.usage[CpuCounters::halt];
   c.counters.time_ns[CpuCounters::halt] += res;
-  c.hist->halt_residency.record(res);
-  if (c.halt_after_poll) c.hist->poll_halt.record(c.poll_ns + res);
-  else c.hist->halt.record(res);
+  if (histograms_) {
+    c.hist->halt_residency.record(res);
+    if (c.halt_after_poll) c.hist->poll_halt.record(c.poll_ns + res);
+    else c.hist->halt.record(res);
+  }
   log(now_, c, TraceEvent::Kind::cpu_idle, -1);
   c.last_state = 1;
   const std::uint64_t old = c.limit;

@@ -45,6 +45,7 @@ LoopResult run_closed_loop(const LoopConfig& cfg) {
     out.late = late->result();
   };
   if (!cfg.tuner) {
+    g.set_histograms(false);  // nothing reads them without the daemon
     finish();
     return out;
   }
@@ -70,6 +71,7 @@ LoopResult run_closed_loop(const LoopConfig& cfg) {
     run_to(next);
     const Decision d = ctl.tick();
     g.set_trace_cost(signals->attached() ? cfg.ebpf_event_ns : 0);
+    g.set_histograms(signals->attached());  // the eBPF reader keeps them only while attached
     LoopTick t;
     t.t = g.now();
     t.cap_ns = g.params().guest_halt_poll_ns;
