@@ -89,7 +89,9 @@ TEST_CASE("parker: window 0 goes straight to the futex and unpark wakes it", "[p
   CHECK_FALSE(returned);
   CHECK_FALSE(info.poll_hit);
   CHECK(info.poll_ns == 0);
-  CHECK(info.futex_waits >= 1);
+  // It reached PARKED; it called FUTEX_WAIT unless the unpark landed between that transition and
+  // its next read of the word (then none: seen once under qemu-user, whose steps are slow).
+  CHECK(info.parked);
   CHECK(p.wakes_without_syscall() == 0);
   CHECK(p.futex_waits() == info.futex_waits);
 }
