@@ -578,8 +578,11 @@ load_run() {
     nginx_c*) as_app "${CLIENT[@]}" wrk -t 1 -c "${load#nginx_c}" -d "${s}s" --latency "http://127.0.0.1:$PORT/small.html" ;;
     memcached_c*)
       # memaslap idles for a second after its run time before it prints its result: it runs
-      # longer, printing its totals every second (line-buffered), and is stopped after the s-th.
-      as_app "${CLIENT[@]}" timeout -s INT "$s.3" stdbuf -oL memcaslap -s "127.0.0.1:$PORT" \
+      # longer, printing its totals every second (line-buffered), and totals.py stops it once it
+      # printed the s-th, however late that comes on a busy machine.
+      local app=()
+      [ "$IS_ROOT" = 1 ] && app=(setpriv --reuid="$APP_UID" --regid="$APP_GID" --clear-groups)
+      python3 "$TMP/totals.py" "$s" "${app[@]}" "${CLIENT[@]}" stdbuf -oL memcaslap -s "127.0.0.1:$PORT" \
         -F "$APPS/memcached/memaslap.cnf" -T 1 -c "${load#memcached_c}" -t "$((s + 30))s" -S 1s ;;
     mariadb | mariadb_t*)
       local t=1
@@ -588,6 +591,46 @@ load_run() {
     *) echo "eval-kernel: unknown load $load" >&2; return 1 ;;
   esac
 }
+
+# totals.py <n> <command...>: runs memaslap, passes its output on, and stops it (SIGINT) once it
+# printed its n-th per-second total (a "Global" line under "Total Statistics", what row.py reads),
+# or n + 20 s after its start when it never does (the row then has no metric and says so). A fixed
+# timeout lost a cell whose first total came late while other programs shared the CPUs.
+cat > "$TMP/totals.py" <<'PY'
+import os, selectors, signal, subprocess, sys, time
+n = int(sys.argv[1])
+p = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+deadline = time.monotonic() + n + 20
+sel = selectors.DefaultSelector()
+sel.register(p.stdout, selectors.EVENT_READ)
+seen, in_total, buf = 0, False, b""
+while seen < n:
+    left = deadline - time.monotonic()
+    if left <= 0 or not sel.select(left):
+        break
+    chunk = os.read(p.stdout.fileno(), 65536)
+    if not chunk:
+        break
+    sys.stdout.buffer.write(chunk)
+    sys.stdout.flush()
+    *lines, buf = (buf + chunk).split(b"\n")
+    for line in lines:
+        if line.startswith(b"Total Statistics"):
+            in_total = True
+        elif in_total and line.startswith(b"Global"):
+            seen, in_total = seen + 1, False
+        elif line.startswith((b"Get Statistics", b"Set Statistics")):
+            in_total = False
+if p.poll() is None:
+    p.send_signal(signal.SIGINT)
+try:
+    rest = p.communicate(timeout=10)[0]
+except subprocess.TimeoutExpired:
+    p.kill()
+    rest = p.communicate()[0]
+sys.stdout.buffer.write(rest)
+sys.exit(0 if seen >= n else 1)
+PY
 
 # row.py: one JSON line per cell: the load's metric (and which way is better), poll CPU per CPU
 # (mean and busiest), the value in force before and after, the idle share, the daemon's CPU.
@@ -700,14 +743,23 @@ apply_static() {
   fresh_limits
 }
 
-# wait_marker <text> <count> <tries> <pause>: until <count> sockperf clients printed the text.
+# wait_marker <text> <count> <pid> <seconds>: until <count> sockperf clients printed the text, as
+# long as the clients (<pid>, the cell's load) run and for at most <seconds>: a client that comes
+# late on a busy machine is waited for, one that ended without the text is named. (A fixed number
+# of tries missed a "Test end" printed just before the clients ended and their files were gathered.)
 wait_marker() {
-  local i
-  for i in $(seq "$3"); do
-    [ "$(cat "$TMP"/sockperf-*.out 2>/dev/null | grep -c "$1" || true)" -ge "$2" ] && return 0
-    sleep "$4"
+  local end=$(( $(now_ns) + $4 * 1000000000 ))
+  # load_run gathers the clients' files into cell.out and removes them once every client ended.
+  marked() { [ "$(cat "$TMP"/sockperf-*.out "$TMP/cell.out" 2>/dev/null | grep -c "$1" || true)" -ge "$2" ]; }
+  while ! marked "$1" "$2"; do
+    if ! kill -0 "$3" 2>/dev/null || [ "$(now_ns)" -gt "$end" ]; then
+      marked "$1" "$2" && return 0
+      echo "eval-kernel: warning: sockperf did not print \"$1\" (clients $(kill -0 "$3" 2>/dev/null && echo running || echo ended)):" >&2
+      tail -n 3 "$TMP"/sockperf-*.out "$TMP/cell.out" >&2 2>/dev/null || true
+      return 0
+    fi
+    sleep 0.005
   done
-  echo "eval-kernel: warning: sockperf did not print \"$1\"" >&2
 }
 sleep_until() { # sleep_until <ns since the epoch>
   local r=$(( $1 - $(now_ns) ))
@@ -740,11 +792,11 @@ run_cell() {
       rm -f "$TMP"/sockperf-*.out
       load_run "$load" "$secs" > "$TMP/cell.out" 2>&1 &
       lp=$!
-      wait_marker "Starting test" "$n" 1000 0.01
+      wait_marker "Starting test" "$n" "$lp" 30
       v0=$(cat "$P/guest_halt_poll_ns"); p0=$(poll_us); i0=$(idle_jiffies); t0=$(now_ns)
       [ -z "$tag" ] || start_policy "$setting" "$tag"
       sleep_until $(( t0 + secs * 1000000000 - 150000000 ))
-      wait_marker "Test end" "$n" 1000 0.005
+      wait_marker "Test end" "$n" "$lp" $(( secs + 30 ))
       t1=$(now_ns); i1=$(idle_jiffies); p1=$(poll_us); v1=$(cat "$P/guest_halt_poll_ns")
       wait "$lp" || true ;;
     *)

@@ -11,10 +11,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-dev}"
-# Never --eval: the evaluation's applications are not CI's (ctest's eval_smoke skips without them).
+# dev (the README's test command) also installs the evaluation's applications (--eval, none of
+# their services started or left enabled), so that ctest's eval_smoke runs scripts/eval-kernel.sh
+# with every load and application on every machine instead of skipping without them.
 case "$preset" in
   aarch64|aarch64-debug) scripts/install-deps.sh --arm64 ;;
   arm64-vm) scripts/install-deps.sh --arm64-vm ;;
+  dev) scripts/install-deps.sh --eval ;;
   *) scripts/install-deps.sh ;;
 esac
 jobs="$(nproc)"

@@ -17,10 +17,11 @@ if [ -n "$missing" ]; then
   echo "eval_smoke: scripts/install-deps.sh --eval installs them"
   exit 77
 fi
-fail() { echo "eval_smoke: FAILED: $*" >&2; exit 1; }
-
 work="$(mktemp -d /tmp/haltpolld-eval-smoke-XXXXXX)"
-trap 'rm -rf "$work"' EXIT
+keep=0
+trap '[ "$keep" = 1 ] || rm -rf "$work"' EXIT
+# A failure keeps the run's directory (its log, every cell's row and output) and names it.
+fail() { keep=1; echo "eval_smoke: FAILED: $* (the run's files: $work)" >&2; exit 1; }
 fake="$work/fake"
 out="$work/results"
 # The real parameters, read (never written) before and after, when no evaluation holds their lock.
