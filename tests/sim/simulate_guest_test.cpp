@@ -120,6 +120,40 @@ TEST_CASE("simulate --guest: predicts a described load with the calibration erro
   CHECK(run_simulate_guest(o, bad, why) == 2);
 }
 
+TEST_CASE("simulate --guest: --set puts the guest's other module parameters in force at boot", "[load][loop]") {
+  // The database-shaped load at cap 100000: its 60 us wait for the reply, split by the socket's
+  // write-space wake-up, polls the kernel's grow_start (50000), times out and halts too briefly to
+  // grow the limit (the trap); with grow_start at the cap the first halt grows the limit to the cap,
+  // which catches the wait.
+  GuestSimulateOptions o;
+  o.load_path = contrib("db");
+  o.setting = "static:100000";
+  o.seconds = 2;
+  o.json = true;
+  auto run = [&](std::vector<std::string> sets) {
+    o.sets = std::move(sets);
+    std::ostringstream out, err;
+    REQUIRE(run_simulate_guest(o, out, err) == 0);
+    CHECK(err.str().empty());
+    return nlohmann::json::parse(out.str());
+  };
+  const auto trapped = run({});
+  const auto escaped = run({"guest_halt_poll_grow_start=100000"});
+  CHECK(trapped.at("module_parameters_at_boot").at("guest_halt_poll_grow_start") == 50000);
+  CHECK(escaped.at("module_parameters_at_boot").at("guest_halt_poll_grow_start") == 100000);
+  CHECK(escaped.at("halts_per_s").get<double>() * 10 < trapped.at("halts_per_s").get<double>());
+  CHECK(escaped.at("result").at("mean_us").get<double>() < 0.9 * trapped.at("result").at("mean_us").get<double>());
+  // Text: the parameters that differ from the kernel's defaults are named in the header.
+  o.json = false;
+  o.sets = {"guest_halt_poll_grow_start=100000"};
+  std::ostringstream text, err;
+  REQUIRE(run_simulate_guest(o, text, err) == 0);
+  CHECK_THAT(text.str(), Catch::Contains("from boot at 100000 ns, guest_halt_poll_grow_start 100000, seed 1"));
+  o.sets = {"guest_halt_poll_grow_start"};
+  CHECK(run_simulate_guest(o, text, err) == 2);
+  CHECK_THAT(err.str(), Catch::Contains("--set guest_halt_poll_grow_start: expected key=value"));
+}
+
 TEST_CASE("load json: repeat expands a burst, start_s and stop_s bound a thread's run", "[load]") {
   const Calibration cal = fit_costs();
   const std::string text = R"({"threads": [

@@ -154,6 +154,51 @@ TEST_CASE("haltpolld simulate: command line, exit codes, stdin") {
   CHECK(r.out.find("--miss-cost-ns") != std::string::npos);
 }
 
+TEST_CASE("haltpolld simulate: an option of the other mode is refused, not ignored") {
+  const std::string trace = std::string(HALTPOLL_SOURCE_DIR) + "/tests/sim/data/haltpoll_small.trace";
+  const std::string load = std::string(HALTPOLL_SOURCE_DIR) + "/contrib/loads/db.json";
+  // The guest's options without --guest.
+  for (const char* opt : {"--cpus", "--seconds", "--seed", "--boot-ns"}) {
+    auto r = run({HALTPOLLD_BIN, "simulate", "--trace", trace, opt, "4"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find(std::string(opt) + " only with --guest") != std::string::npos);
+  }
+  auto r = run({HALTPOLLD_BIN, "simulate", "--trace", trace, "--setting", "static:0", "--load", load});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--load, --setting only with --guest") != std::string::npos);
+  // The replay's options with --guest.
+  for (const char* opt : {"--policy", "--miss-cost-ns", "--cap-ns", "--residency-bias-ns"}) {
+    r = run({HALTPOLLD_BIN, "simulate", "--guest", "--load", load, "--seconds", "1", opt,
+             std::string(opt) == "--policy" ? "haltpoll" : "1000"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find(std::string(opt) + ": the trace replay's, not the guest's") != std::string::npos);
+    CHECK(r.out.empty());
+  }
+  // Without --set the kernel's defaults (the JSON checked below with one of them set).
+  r = run({HALTPOLLD_BIN, "simulate", "--guest", "--load", load, "--seconds", "1", "--json"});
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out)["module_parameters_at_boot"]["guest_halt_poll_grow_start"] == 50000);
+  // --set with --guest: the guest's other module parameters, the replay's keys and the cap refused.
+  r = run({HALTPOLLD_BIN, "simulate", "--guest", "--load", load, "--seconds", "1", "--set", "miss_cost_ns=5"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("not a module parameter of the guest") != std::string::npos);
+  r = run({HALTPOLLD_BIN, "simulate", "--guest", "--load", load, "--seconds", "1", "--set", "guest_halt_poll_ns=5"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("the cap is --setting static:<ns>") != std::string::npos);
+  r = run({HALTPOLLD_BIN, "simulate", "--guest", "--load", load, "--seconds", "1", "--set",
+           "guest_halt_poll_shrink=-1"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("guest_halt_poll_shrink") != std::string::npos);
+  r = run({HALTPOLLD_BIN, "simulate", "--guest", "--load", load, "--seconds", "1", "--setting", "static:100000",
+           "--set", "guest_halt_poll_grow_start=100000", "--set", "guest_halt_poll_allow_shrink=N", "--json"});
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out)["module_parameters_at_boot"];
+  CHECK(j["guest_halt_poll_ns"] == 100000);
+  CHECK(j["guest_halt_poll_grow_start"] == 100000);
+  CHECK(j["guest_halt_poll_allow_shrink"] == false);
+  CHECK(j["guest_halt_poll_grow"] == 2);
+}
+
 TEST_CASE("haltpolld simulate on a kernel recording: haltpoll checks the model, other policies replay its periods") {
   const std::string dir = std::string(HALTPOLL_SOURCE_DIR) + "/tests/data/real-guest";
   auto r = run({"/bin/sh", "-c",

@@ -53,6 +53,40 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
     return kUsage;
   }
 
+  // The other module parameters at boot, parsed (and range-checked) as the replay parses them.
+  haltpoll::PolicyParams module;
+  for (const auto& kv : o.sets) {
+    const auto eq = kv.find('=');
+    const std::string key = kv.substr(0, eq);
+    if (eq == std::string::npos) {
+      fmt::print(err, "haltpolld simulate --guest: --set {}: expected key=value\n", kv);
+      return kUsage;
+    }
+    if (key == "guest_halt_poll_ns") {
+      fmt::print(err, "haltpolld simulate --guest: --set {}: the cap is --setting static:<ns> (or --boot-ns)\n", kv);
+      return kUsage;
+    }
+    if (key.rfind("guest_halt_poll_", 0) != 0) {
+      fmt::print(err,
+                 "haltpolld simulate --guest: --set {}: not a module parameter of the guest (guest_halt_poll_grow, "
+                 "guest_halt_poll_grow_start, guest_halt_poll_shrink, guest_halt_poll_allow_shrink)\n",
+                 kv);
+      return kUsage;
+    }
+    try {
+      haltpoll::set_policy_param(module, key, std::string_view(kv).substr(eq + 1));
+    } catch (const std::invalid_argument& e) {
+      fmt::print(err, "haltpolld simulate --guest: --set {}: {}\n", kv, e.what());
+      return kUsage;
+    }
+  }
+  const haltpoll::HaltpollParams defaults{};
+  std::string module_text;  // the parameters that differ from the kernel's defaults, for the header
+  haltpoll::for_each_haltpoll_param([&](const char* name, auto member, auto) {
+    if (std::string_view(name) != "guest_halt_poll_ns" && !(module.haltpoll.*member == defaults.*member))
+      module_text += fmt::format(", {} {}", name, module.haltpoll.*member);
+  });
+
   std::string text;
   {
     std::ostringstream all;
@@ -83,6 +117,7 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
   c.load = load.load;
   c.metric = load.result;
   c.tuner = tuner;
+  c.boot = module.haltpoll;
   c.boot.guest_halt_poll_ns = boot;
   c.duration = static_cast<Ns>(o.seconds * 1e9);
   c.seed = o.seed;
@@ -119,6 +154,12 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
     j["setting"] = o.setting;
     j["seconds"] = o.seconds;
     j["seed"] = o.seed;
+    nlohmann::ordered_json mp;
+    haltpoll::for_each_haltpoll_param([&](const char* name, auto member, auto) {
+      mp[name] = std::string_view(name) == "guest_halt_poll_ns" ? nlohmann::ordered_json(boot)
+                                                                : nlohmann::ordered_json(module.haltpoll.*member);
+    });
+    j["module_parameters_at_boot"] = mp;
     j["cap_at_end_ns"] = r.final_cap_ns;
     j["cap_changes"] = changes;
     j["last_change_s"] = settled_s;
@@ -148,9 +189,10 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
     fmt::print(out, "{}\n", j.dump());
     return kOk;
   }
-  fmt::print(out, "load {} ({} cop{} on {} vCPU{}), setting {}, {:.0f} s of virtual time from boot at {} ns, seed {}\n",
+  fmt::print(out,
+             "load {} ({} cop{} on {} vCPU{}), setting {}, {:.0f} s of virtual time from boot at {} ns{}, seed {}\n",
              load.load.name, load.copies, load.copies == 1 ? "y" : "ies", o.cpus, o.cpus == 1 ? "" : "s", o.setting,
-             o.seconds, boot, o.seed);
+             o.seconds, boot, module_text, o.seed);
   if (tuner)
     fmt::print(out, "cap at the end: {} ns ({} change{}, the last at {:.2f} s; halt-exit penalty {:.1f} us)\n",
                r.final_cap_ns, changes, changes == 1 ? "" : "s", settled_s, r.penalty_ns.value_or(0) / 1000);
@@ -202,8 +244,28 @@ std::function<int()> add_simulate_command_with_guest(CLI::App& parent) {
   app->add_option("--seed", o->seed, "--guest: random seed")->capture_default_str();
   app->add_flag("--decisions", o->decisions, "--guest: print every decision but a steady hold, with the tuner's rule and reason");
   auto* json = app->get_option("--json");
+  auto* set = app->get_option("--set");
+  set->description(set->get_description() +
+                   "; with --guest, the guest's other module parameters at boot: guest_halt_poll_grow, "
+                   "guest_halt_poll_grow_start, guest_halt_poll_shrink, guest_halt_poll_allow_shrink");
+  // The options of one mode that the other would silently ignore.
+  std::vector<CLI::Option*> replay_only, guest_only;
+  for (const char* n : {"--policy", "--miss-cost-ns", "--cap-ns", "--residency-bias-ns"})
+    replay_only.push_back(app->get_option(n));
+  for (const char* n : {"--load", "--cpus", "--setting", "--boot-ns", "--seconds", "--seed", "--decisions"})
+    guest_only.push_back(app->get_option(n));
+  auto given = [](const std::vector<CLI::Option*>& opts) {
+    std::string names;
+    for (const CLI::Option* opt : opts)
+      if (opt->count() > 0) names += (names.empty() ? "" : ", ") + opt->get_name();
+    return names;
+  };
   return [=] {
     if (!*guest) {
+      if (const std::string g = given(guest_only); !g.empty()) {
+        fmt::print(stderr, "haltpolld simulate: {} only with --guest\n", g);
+        return kUsage;
+      }
       if (trace->count() == 0) {
         fmt::print(stderr, "haltpolld simulate: --trace is required (or --guest with --load)\n");
         return kUsage;
@@ -214,8 +276,13 @@ std::function<int()> add_simulate_command_with_guest(CLI::App& parent) {
       fmt::print(stderr, "haltpolld simulate --guest: needs --load FILE and takes no --trace\n");
       return kUsage;
     }
+    if (const std::string r = given(replay_only); !r.empty()) {
+      fmt::print(stderr, "haltpolld simulate --guest: {}: the trace replay's, not the guest's\n", r);
+      return kUsage;
+    }
     GuestSimulateOptions run = *o;
     run.json = json->count() > 0;
+    if (set->count() > 0) run.sets = set->results();  // (as<>() of no result is one empty string)
     return run_simulate_guest(run, std::cout, std::cerr);
   };
 }

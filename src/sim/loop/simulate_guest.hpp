@@ -3,13 +3,17 @@
 // daemon's policy, run unmodified in the closed loop, or a static cap), with the calibration error
 // printed beside each prediction (des_calibration.hpp, kCalibrationTolerance).
 // add_simulate_command_with_guest() adds the `simulate` subcommand of sim/simulate.hpp (the trace
-// replay, unchanged) plus --guest and its options; without --guest it runs the replay.
+// replay, unchanged) plus --guest and its options; without --guest it runs the replay. An option of
+// the other mode is refused, not ignored (--policy, --miss-cost-ns, --cap-ns and
+// --residency-bias-ns are the replay's; --load, --cpus, --setting, --boot-ns, --seconds, --seed and
+// --decisions the guest's; --set and --json serve both).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -26,9 +30,13 @@ struct GuestSimulateOptions {
   std::uint64_t seed = 1;
   bool json = false;
   bool decisions = false;  // also print every change of the cap with the tuner's reason
+  // The guest's other module parameters at boot, "key=value" (--set): guest_halt_poll_grow,
+  // guest_halt_poll_grow_start, guest_halt_poll_shrink, guest_halt_poll_allow_shrink. The cap is
+  // --setting's (or --boot-ns); the replay's policy keys are refused.
+  std::vector<std::string> sets;
 };
 
-// Exit codes: 0 ok, 2 usage (a bad setting or --cpus), 3 the load (unreadable, malformed).
+// Exit codes: 0 ok, 2 usage (a bad setting, --cpus or --set), 3 the load (unreadable, malformed).
 int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::ostream& err);
 
 std::function<int()> add_simulate_command_with_guest(CLI::App& parent);
