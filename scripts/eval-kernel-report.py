@@ -136,7 +136,8 @@ class Run:
         for key, attr in (("settings", "settings"), ("loads", "loads")):
             named = [x for x in (self.env.get(key) or "").split() if x in getattr(self, attr)]
             setattr(self, attr, named + [x for x in getattr(self, attr) if x not in named])
-        self.statics = [s for s in self.settings if s.startswith("static_") and not s.endswith("_gs")]
+        # static_<ns>_gs and _gscap (grow_start at ns / 2 or at ns) are diagnostic cells, not statics.
+        self.statics = [s for s in self.settings if s.startswith("static_") and not s.endswith(("_gs", "_gscap"))]
         self.stop_settings = [s for s in (self.env.get("stop_settings") or "balanced").split() if s in self.settings]
 
     def rounds(self, load):

@@ -75,6 +75,8 @@
 #      DB_ARGS ("-w 60 -t 60"), STOP_SETTINGS (balanced: the settings whose verdicts must be
 #      decided, besides "no static value meets them all"), MARIADB_ROWS (10000),
 #      EVAL_SMOKE=1 [EVAL_FAKE_ROOT=dir], EVAL_ESTIMATE=1.
+#   A setting is a policy (balanced, budget, latency), static_<ns>, or a diagnostic static_<ns>_gs
+#   (grow_start ns / 2) or static_<ns>_gscap (grow_start ns), which is never a best static.
 # Needs root (not in smoke mode), perf (linux-perf), python3, the applications of
 # `scripts/install-deps.sh --eval`, gnuplot for the plot.
 set -euo pipefail
@@ -86,7 +88,7 @@ SMOKE="${EVAL_SMOKE:-0}"
 if [ "$SMOKE" = 1 ]; then
   # Tiny cells, one round, every load (the plumbing, not a measurement).
   DEF_LOADS="timer poisson idle pipe rr db sockperf sockperf_c4 redis_c1 redis_c8 nginx_c1 nginx_c16 memcached_c1 memcached_c8 mariadb mariadb_t4"
-  DEF_SETTINGS="static_0 static_75000 balanced"
+  DEF_SETTINGS="static_0 static_75000 static_75000_gscap balanced"
   DEF_DAEMON_S=2 DEF_STATIC_S=1 DEF_MIN_ROUNDS=1 DEF_MAX_ROUNDS=1 DEF_CHANGE_S=2 DEF_QUIET_WAIT=0
   DEF_CHANGE_SETTINGS="balanced static_0 static_400000" DEF_BUDGET=30
 else
@@ -637,11 +639,12 @@ PY
 cat > "$TMP/row.py" <<'PY'
 import json, re, sys
 (setting, rnd, load, order, out_file, p0, p1, t0, t1, v0, v1, c1, hz, i0, i1, ncpu, stats, b0, b1, daemon_ok,
- run_t0) = sys.argv[1:]
+ run_t0, g0) = sys.argv[1:]
 out = open(out_file, errors="replace").read()
 secs = (int(t1) - int(t0)) / 1e9
 row = {"setting": setting, "round": int(rnd), "load": load, "order": int(order), "seconds": round(secs, 3),
        "start_s": round((int(t0) - int(run_t0)) / 1e9, 1), "value_before": int(v0), "value_after": int(v1),
+       "grow_start_before": int(g0),
        "idle_percent_of_all_cpus": round((int(i1) - int(i0)) / int(hz) / secs / int(ncpu) * 100, 1)}
 
 
@@ -734,12 +737,18 @@ if stats == "1":
 print(json.dumps(row))
 PY
 
-# apply_static <setting>: the static value (and grow_start for a _gs setting) written, limits reset.
+# apply_static <setting>: the static value written, limits reset; static_<ns>_gs also writes
+# guest_halt_poll_grow_start = ns / 2, static_<ns>_gscap grow_start = ns (a CPU's limit then stands
+# at 0 or at the cap: the kernel's way out of the trap at grow_start, docs/simulator.md). Both are
+# diagnostic cells, never a candidate for the best static.
 apply_static() {
   local s=$1 ns
-  ns=${s#static_}; ns=${ns%_gs}
+  ns=${s#static_}; ns=${ns%_gscap}; ns=${ns%_gs}
   sysfs_write "$ns" "$P/guest_halt_poll_ns"
-  [ "$s" != "${s%_gs}" ] && sysfs_write $((ns / 2)) "$P/guest_halt_poll_grow_start"
+  case $s in
+    *_gscap) sysfs_write "$ns" "$P/guest_halt_poll_grow_start" ;;
+    *_gs) sysfs_write $((ns / 2)) "$P/guest_halt_poll_grow_start" ;;
+  esac
   fresh_limits
 }
 
@@ -771,7 +780,7 @@ sleep_until() { # sleep_until <ns since the epoch>
 RUN_T0=$(now_ns)
 run_cell() {
   local setting=$1 round=$2 load=$3 order=$4
-  local p0 p1 t0 t1 v0 v1 c1=0 i0 i1 b0=0 b1=0 stats=0 secs=$STATIC_SECONDS tag="" ok=1
+  local p0 p1 t0 t1 v0 v1 g0 c1=0 i0 i1 b0=0 b1=0 stats=0 secs=$STATIC_SECONDS tag="" ok=1
   put_back
   if is_policy "$setting"; then
     secs=$DAEMON_SECONDS
@@ -793,14 +802,14 @@ run_cell() {
       load_run "$load" "$secs" > "$TMP/cell.out" 2>&1 &
       lp=$!
       wait_marker "Starting test" "$n" "$lp" 30
-      v0=$(cat "$P/guest_halt_poll_ns"); p0=$(poll_us); i0=$(idle_jiffies); t0=$(now_ns)
+      v0=$(cat "$P/guest_halt_poll_ns"); g0=$(cat "$P/guest_halt_poll_grow_start"); p0=$(poll_us); i0=$(idle_jiffies); t0=$(now_ns)
       [ -z "$tag" ] || start_policy "$setting" "$tag"
       sleep_until $(( t0 + secs * 1000000000 - 150000000 ))
       wait_marker "Test end" "$n" "$lp" $(( secs + 30 ))
       t1=$(now_ns); i1=$(idle_jiffies); p1=$(poll_us); v1=$(cat "$P/guest_halt_poll_ns")
       wait "$lp" || true ;;
     *)
-      v0=$(cat "$P/guest_halt_poll_ns"); p0=$(poll_us); i0=$(idle_jiffies); t0=$(now_ns)
+      v0=$(cat "$P/guest_halt_poll_ns"); g0=$(cat "$P/guest_halt_poll_grow_start"); p0=$(poll_us); i0=$(idle_jiffies); t0=$(now_ns)
       [ -z "$tag" ] || start_policy "$setting" "$tag"
       load_run "$load" "$secs" > "$TMP/cell.out" 2>&1 || true
       t1=$(now_ns); i1=$(idle_jiffies); p1=$(poll_us); v1=$(cat "$P/guest_halt_poll_ns") ;;
@@ -819,7 +828,7 @@ run_cell() {
   fi
   if [ $stats = 1 ]; then b1=$(bpf_run_ns); sysfs_write "$FOUND_BPF_STATS" "$BPF_STATS"; fi
   python3 "$TMP/row.py" "$setting" "$round" "$load" "$order" "$TMP/cell.out" "$p0" "$p1" "$t0" "$t1" "$v0" "$v1" \
-    "$c1" "$HZ" "$i0" "$i1" "$NCPU" "$stats" "$b0" "$b1" "$ok" "$RUN_T0" >> "$OUT/loads.jsonl"
+    "$c1" "$HZ" "$i0" "$i1" "$NCPU" "$stats" "$b0" "$b1" "$ok" "$RUN_T0" "$g0" >> "$OUT/loads.jsonl"
 }
 
 # run_block <round> <load>: the load's server, every setting once in the order SEED fixes, stopped.

@@ -68,6 +68,10 @@ for load in env["loads"].split():
             bad.append(f"{load}/{s}: no metric ({r.get('output_tail', '')[-200:]!r})")
         if r.get("poll_cpu_percent_per_cpu") is None:
             bad.append(f"{load}/{s}: no poll CPU")
+        # A _gscap static runs with grow_start at its cap; every other cell with the tree's 50000.
+        want_gs = int(s.split("_")[1]) if s.endswith("_gscap") else 50000
+        if r.get("grow_start_before") != want_gs:
+            bad.append(f"{load}/{s}: grow_start {r.get('grow_start_before')} in force, not {want_gs}")
         if s.split("_")[0] in ("balanced", "budget", "latency"):
             if r.get("daemon_ok") is not True:
                 bad.append(f"{load}/{s}: the daemon did not run through its cell")

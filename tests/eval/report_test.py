@@ -47,23 +47,27 @@ def make_run(d):
                  row("balanced", rnd, "kv", 201 + wob, 30.5, "higher"),
                  row("budget", rnd, "kv", 101 + wob, 0.0, "higher"),
                  # as fast as the best, but 10 points more polling
-                 row("latency", rnd, "kv", 205 + wob, 40.0, "higher")]
+                 row("latency", rnd, "kv", 205 + wob, 40.0, "higher"),
+                 # a diagnostic cell (grow_start at the cap): far ahead, never a best static
+                 row("static_100000_gscap", rnd, "kv", 400 + wob, 30.0, "higher")]
         # A latency load (lower is better): balanced straddles the 1.05 target from round to round.
         rows += [row("static_0", rnd, "pingpong", 60.0, 0.0, "lower"),
                  row("static_100000", rnd, "pingpong", 20.0, 20.0, "lower"),
                  row("static_200000", rnd, "pingpong", 20.2, 21.0, "lower"),
                  row("balanced", rnd, "pingpong", [20.0, 24.0, 19.0, 23.0][rnd - 1], 20.0, "lower"),
                  row("budget", rnd, "pingpong", 59.0, 0.0, "lower"),
-                 row("latency", rnd, "pingpong", 20.1, 20.5, "lower")]
+                 row("latency", rnd, "pingpong", 20.1, 20.5, "lower"),
+                 row("static_100000_gscap", rnd, "pingpong", 10.0, 20.0, "lower")]
         # The timer: polling cannot pay; 200000 polls 45 %, balanced never.
         rows += [row("static_0", rnd, "timer", 90 + wob, 0.0, "lower"),
                  row("static_100000", rnd, "timer", 85 + wob, 30.0, "lower"),
                  row("static_200000", rnd, "timer", 70 + wob, 45.0, "lower"),
                  row("balanced", rnd, "timer", 90 + wob, 0.01, "lower"),
                  row("budget", rnd, "timer", 91 + wob, 0.0, "lower"),
-                 row("latency", rnd, "timer", 71 + wob, 40.0, "lower")]
+                 row("latency", rnd, "timer", 71 + wob, 40.0, "lower"),
+                 row("static_100000_gscap", rnd, "timer", 85 + wob, 30.0, "lower")]
         # The idle guest: the daemon's own CPU counts; latency's daemon costs 2 % of a CPU.
-        rows += [row(s, rnd, "idle", None, 0.0, None) for s in statics]
+        rows += [row(s, rnd, "idle", None, 0.0, None) for s in statics + ["static_100000_gscap"]]
         rows += [row("balanced", rnd, "idle", None, 0.0, None),
                  row("budget", rnd, "idle", None, 0.05, None),
                  row("latency", rnd, "idle", None, 0.0, None, daemon_cpu_percent_of_one_cpu=2.0)]
@@ -72,7 +76,7 @@ def make_run(d):
             f.write(json.dumps(r) + "\n")
     json.dump({"seed": 7, "loads": "kv pingpong timer idle", "smoke": False, "static_seconds": 5,
                "daemon_seconds": 30, "stop_settings": "balanced",
-               "settings": " ".join(statics + ["balanced", "budget", "latency"])}, open(os.path.join(d, "env.json"), "w"))
+               "settings": " ".join(statics + ["static_100000_gscap", "balanced", "budget", "latency"])}, open(os.path.join(d, "env.json"), "w"))
     json.dump({"rounds": 4, "stop_reason": "max_rounds", "seed": 7}, open(os.path.join(d, "run.json"), "w"))
     # The load-change run: balanced as fast as 100000 on the pipe, 2 % faster than cap 0's latency on the
     # timer and not polling, 0.9 x on rr; one change at the start of each phase.
