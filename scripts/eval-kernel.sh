@@ -752,14 +752,15 @@ apply_static() {
   fresh_limits
 }
 
+# marked <text> <count>: load_run gathers the clients' files into cell.out and removes them once
+# every client ended, so both are read.
+marked() { [ "$(cat "$TMP"/sockperf-*.out "$TMP/cell.out" 2>/dev/null | grep -c "$1" || true)" -ge "$2" ]; }
 # wait_marker <text> <count> <pid> <seconds>: until <count> sockperf clients printed the text, as
 # long as the clients (<pid>, the cell's load) run and for at most <seconds>: a client that comes
 # late on a busy machine is waited for, one that ended without the text is named. (A fixed number
 # of tries missed a "Test end" printed just before the clients ended and their files were gathered.)
 wait_marker() {
   local end=$(( $(now_ns) + $4 * 1000000000 ))
-  # load_run gathers the clients' files into cell.out and removes them once every client ended.
-  marked() { [ "$(cat "$TMP"/sockperf-*.out "$TMP/cell.out" 2>/dev/null | grep -c "$1" || true)" -ge "$2" ]; }
   while ! marked "$1" "$2"; do
     if ! kill -0 "$3" 2>/dev/null || [ "$(now_ns)" -gt "$end" ]; then
       marked "$1" "$2" && return 0

@@ -66,7 +66,9 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
       fmt::print(err, "haltpolld simulate --guest: --set {}: the cap is --setting static:<ns> (or --boot-ns)\n", kv);
       return kUsage;
     }
-    if (key.rfind("guest_halt_poll_", 0) != 0) {
+    bool module_key = false;
+    haltpoll::for_each_haltpoll_param([&](const char* name, auto, auto) { module_key |= key == name; });
+    if (!module_key) {
       fmt::print(err,
                  "haltpolld simulate --guest: --set {}: not a module parameter of the guest (guest_halt_poll_grow, "
                  "guest_halt_poll_grow_start, guest_halt_poll_shrink, guest_halt_poll_allow_shrink)\n",
@@ -80,6 +82,7 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
       return kUsage;
     }
   }
+  module.haltpoll.guest_halt_poll_ns = boot;
   const haltpoll::HaltpollParams defaults{};
   std::string module_text;  // the parameters that differ from the kernel's defaults, for the header
   haltpoll::for_each_haltpoll_param([&](const char* name, auto member, auto) {
@@ -118,7 +121,6 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
   c.metric = load.result;
   c.tuner = tuner;
   c.boot = module.haltpoll;
-  c.boot.guest_halt_poll_ns = boot;
   c.duration = static_cast<Ns>(o.seconds * 1e9);
   c.seed = o.seed;
   LoopResult r;
@@ -155,10 +157,7 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
     j["seconds"] = o.seconds;
     j["seed"] = o.seed;
     nlohmann::ordered_json mp;
-    haltpoll::for_each_haltpoll_param([&](const char* name, auto member, auto) {
-      mp[name] = std::string_view(name) == "guest_halt_poll_ns" ? nlohmann::ordered_json(boot)
-                                                                : nlohmann::ordered_json(module.haltpoll.*member);
-    });
+    haltpoll::for_each_haltpoll_param([&](const char* name, auto member, auto) { mp[name] = module.haltpoll.*member; });
     j["module_parameters_at_boot"] = mp;
     j["cap_at_end_ns"] = r.final_cap_ns;
     j["cap_changes"] = changes;
