@@ -339,6 +339,8 @@ std::optional<TunerParamError> check_tuner_params(const TunerParams& p) {
   });
   if (!error && p.min_ns > p.max_ns)
     error = TunerParamError{"min_ns", fmt::format("must not exceed max_ns ({})", p.max_ns)};
+  if (!error && p.grow_start_at_cap && p.manage_grow_start)
+    error = TunerParamError{"grow_start_at_cap", "excludes manage_grow_start: each writes its own grow_start"};
   return error;
 }
 

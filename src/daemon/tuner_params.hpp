@@ -73,6 +73,12 @@ struct TunerParams {
   // Also write guest_halt_poll_grow_start = min(kernel_grow_start_ns, cap / 2) so that a cap
   // below the kernel's grow_start does not collapse to 0 on its first shrink (docs/tuning.md).
   bool manage_grow_start = false;
+  // Write guest_halt_poll_grow_start = the cap itself with every cap but 0, and zero the CPUs'
+  // poll limits on every climb too, so that a CPU's limit is either 0 or the cap: no limit between
+  // them where idle periods longer than the limit and shorter than the cap poll, time out and halt
+  // too briefly to grow it (the grow_start trap a database-shaped load falls into at 50000). Off:
+  // measured on the simulated guest only (docs/tuning.md, "grow_start"). Excludes manage_grow_start.
+  bool grow_start_at_cap = false;
   std::uint32_t kernel_grow_start_ns = 50000;  // the value found on the guest
   // Every lowering of the value also zeroes the CPUs' poll limits (Decision::reset_limits): the
   // governor lowers a CPU's limit only after it halts, so without this a load whose wake-ups all
@@ -130,6 +136,7 @@ constexpr void for_each_tuner_param(F&& f) {
   f("resweep_after_ticks", &TunerParams::resweep_after_ticks, internal, B{1, 1e9});
   f("steal_backoff_percent", &TunerParams::steal_backoff_percent, internal, B{0, 100, true, false});
   f("manage_grow_start", &TunerParams::manage_grow_start, config, B{});
+  f("grow_start_at_cap", &TunerParams::grow_start_at_cap, config, B{});
   f("kernel_grow_start_ns", &TunerParams::kernel_grow_start_ns, internal, B{0, kTunerMaxNs});
   f("reset_limits", &TunerParams::reset_limits, config, B{});
   f("steady_trace_every", &TunerParams::steady_trace_every, config, B{1, 3600});
@@ -137,11 +144,13 @@ constexpr void for_each_tuner_param(F&& f) {
   // clang-format on
 }
 
-// guest_halt_poll_grow_start to write with cap `ns` when manage_grow_start (the kernel's own at 0,
-// else min(kernel_grow_start_ns, ns / 2)); empty otherwise.
+// guest_halt_poll_grow_start to write with cap `ns`: with grow_start_at_cap `ns` itself, with
+// manage_grow_start min(kernel_grow_start_ns, ns / 2), the kernel's own at 0 with either; empty
+// otherwise.
 inline std::optional<std::uint32_t> grow_start_for(const TunerParams& p, std::uint32_t ns) noexcept {
-  if (!p.manage_grow_start) return std::nullopt;
+  if (!p.manage_grow_start && !p.grow_start_at_cap) return std::nullopt;
   if (ns == 0) return p.kernel_grow_start_ns;
+  if (p.grow_start_at_cap) return ns;
   return std::min(p.kernel_grow_start_ns, std::max<std::uint32_t>(ns / 2, 1));
 }
 

@@ -347,4 +347,8 @@ TEST_CASE("validate applies every bound of the tuner's table and names the field
   p.min_ns = 500000;
   CHECK(haltpolld::validate(p) == "min_ns: must not exceed max_ns (400000)");
   CHECK(error_path(R"({"tuner":{"min_ns":5,"max_ns":4}})") == "/tuner/min_ns");
+  // Two writers of grow_start: refused at the newer key, each alone accepted.
+  CHECK(error_path(R"({"tuner":{"manage_grow_start":true,"grow_start_at_cap":true}})") == "/tuner/grow_start_at_cap");
+  CHECK(error_path(R"({"tuner":{"grow_start_at_cap":true}})") == "<accepted>");
+  CHECK(error_path(R"({"tuner":{"manage_grow_start":true}})") == "<accepted>");
 }

@@ -106,6 +106,7 @@ void Controller::start() {
     } catch (const std::exception&) {
       spdlog::warn("guest_halt_poll_grow_start reads '{}', not a number: grow_start stays unmanaged", *gs);
       options_.tuner.manage_grow_start = false;
+      options_.tuner.grow_start_at_cap = false;
       tuner_.set_params(options_.tuner);
     }
   }
@@ -268,11 +269,24 @@ Decision Controller::tick_locked() {
   } else {
     d = tuner_.decide(obs);
   }
+  // grow_start first: a CPU that halts between the writes then grows by the new one, and the
+  // limits a reset zeroes below are not regrown by the old one (grow_start_at_cap's raised cap).
+  if (d.grow_start_ns && t == Target::kernel && degraded_reason_.empty()) {
+    auto r = actuator_->set_grow_start_ns(*d.grow_start_ns);
+    if (r.ok) {
+      d.applied_grow_start = true;
+    } else {
+      degrade_locked(r.message);
+      d.reason += "; grow_start not applied: " + r.message + " (degraded to observe)";
+    }
+  }
   if (d.changed()) {
     // Samples taken under the old value must not be judged as the new one's.
     carried_probes_.reset();
     carried_ticks_ = 0;
-    if (t == Target::kernel) {
+    if (t == Target::kernel && !degraded_reason_.empty()) {
+      // grow_start was refused just above: the guest is back to what it had, nothing more written.
+    } else if (t == Target::kernel) {
       auto r = actuator_->set_poll_ns(d.guest_halt_poll_ns);
       if (r.ok) {
         d.applied_kernel = true;
@@ -300,15 +314,6 @@ Decision Controller::tick_locked() {
     } else if (t == Target::pool) {
       pool_->set_window_cap_ns(d.guest_halt_poll_ns);
       d.applied_pool = true;
-    }
-  }
-  if (d.grow_start_ns && t == Target::kernel && degraded_reason_.empty()) {
-    auto r = actuator_->set_grow_start_ns(*d.grow_start_ns);
-    if (r.ok) {
-      d.applied_grow_start = true;
-    } else {
-      degrade_locked(r.message);
-      d.reason += "; grow_start not applied: " + r.message + " (degraded to observe)";
     }
   }
   last_obs_ = obs;

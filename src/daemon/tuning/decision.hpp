@@ -48,7 +48,8 @@ struct Decision {
   Action action = Action::hold;
   std::uint32_t previous_ns = 0;
   std::uint32_t guest_halt_poll_ns = 0;  // the value to put in force (== previous_ns on hold)
-  // guest_halt_poll_grow_start to put in force with it (TunerParams::manage_grow_start), else empty.
+  // guest_halt_poll_grow_start to put in force with it (TunerParams::grow_start_at_cap or
+  // manage_grow_start), else empty.
   std::optional<std::uint32_t> grow_start_ns;
   // Lowered with TunerParams::reset_limits: the CPUs' poll limits are to be zeroed too, so that the
   // lower cap reaches the CPUs that never halt (they keep their old limit until they do).

@@ -97,7 +97,10 @@ Decision Tuner::move(Decision d, Rule rule, Action a, std::uint32_t to, std::str
   }
   d.action = a;
   d.guest_halt_poll_ns = to;
-  d.reset_limits = params_.reset_limits && to < current_;
+  // Lowered, the limits must follow (reset_limits); raised with grow_start at the cap, they must
+  // leave the previous cap's: a limit of C/2 left by the rung below stays where C's own grow_start
+  // would never put it (from 0 the governor goes to the cap at once).
+  d.reset_limits = params_.reset_limits && (to < current_ || (params_.grow_start_at_cap && current_ > 0));
   current_ = to;
   at_rung_.reset();
   referenced_ = false;

@@ -63,7 +63,7 @@ class Tuner {
   bool wants_kernel_trace() const noexcept;
   // The rungs measured by the last (or current) sweep, baseline first.
   const std::vector<RungMeasurement>& sweep_measurements() const noexcept { return measured_; }
-  // grow_start to write with cap `ns` (manage_grow_start), else empty.
+  // grow_start to write with cap `ns` (grow_start_at_cap, manage_grow_start), else empty.
   std::optional<std::uint32_t> grow_start_for(std::uint32_t ns) const noexcept {
     return haltpolld::grow_start_for(params_, ns);
   }

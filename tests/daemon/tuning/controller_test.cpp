@@ -73,6 +73,7 @@ class VirtualGuest final : public KernelSignalSource, public HaltpollActuator, p
   std::int64_t wall_ms = 1'700'000'000'000;
   std::uint32_t poll_ns = 200000;
   std::vector<std::uint32_t> writes;
+  std::vector<std::string> order;  // every write and reset, in the order they came
   int limit_resets = 0;
   std::optional<std::uint32_t> saved;
 
@@ -103,11 +104,16 @@ class VirtualGuest final : public KernelSignalSource, public HaltpollActuator, p
   ActuatorResult set_poll_ns(std::uint32_t ns) override {
     if (!saved) saved = poll_ns;
     writes.push_back(ns);
+    order.push_back("ns " + std::to_string(ns));
     poll_ns = ns;
     return {true, true, 0, ""};
   }
-  ActuatorResult set_grow_start_ns(std::uint32_t) override { return {}; }
+  ActuatorResult set_grow_start_ns(std::uint32_t ns) override {
+    order.push_back("grow_start " + std::to_string(ns));
+    return {true, true, 0, ""};
+  }
   ActuatorResult reset_poll_limits() override {
+    order.push_back("reset");
     ++limit_resets;
     return {true, true, 0, ""};
   }
@@ -167,6 +173,25 @@ TEST_CASE("the Controller drives a guest that is not the kernel, in the guest's 
   c.stop();
   CHECK(guest->poll_ns == 200000);
   CHECK(!guest->saved);
+}
+
+TEST_CASE("grow_start at the cap: grow_start is written before the cap, the limits reset after both") {
+  // A CPU that halts between the writes must not grow by the old grow_start once the limits are
+  // zeroed: the new grow_start first, then the cap, then the reset.
+  auto guest = std::make_shared<VirtualGuest>();
+  guest->poll_ns = 50000;
+  auto o = opts(true);
+  o.tuner.static_ns = 100000;
+  o.tuner.grow_start_at_cap = true;
+  Controller c(o, edges_of(guest), std::unique_ptr<PoolAccess>{});
+  c.start();
+  guest->advance_s(1);
+  auto d = c.tick();
+  CHECK(d.guest_halt_poll_ns == 100000);
+  CHECK(d.applied_grow_start);
+  CHECK(d.applied_reset);  // raised, with grow_start at the cap
+  CHECK(guest->order == std::vector<std::string>{"grow_start 100000", "ns 100000", "reset"});
+  c.stop();
 }
 
 TEST_CASE("a Controller without one of its edges is refused") {

@@ -213,6 +213,54 @@ TEST_CASE("grow_start follows a small cap only when managed") {
   CHECK(t.grow_start_for(0) == 50000u);
 }
 
+TEST_CASE("grow_start at the cap: every cap but 0 is its own grow_start") {
+  TunerParams p;
+  p.grow_start_at_cap = true;
+  p.kernel_grow_start_ns = 50000;
+  Tuner t(p);
+  CHECK(t.grow_start_for(25000) == 25000u);
+  CHECK(t.grow_start_for(100000) == 100000u);
+  CHECK(t.grow_start_for(1) == 1u);
+  CHECK(t.grow_start_for(0) == 50000u);  // no polling: the guest's own
+  // Each writes its own grow_start: the configuration refuses both.
+  p.manage_grow_start = true;
+  CHECK(validate(p).rfind("grow_start_at_cap: excludes manage_grow_start", 0) == 0);
+}
+
+TEST_CASE("grow_start at the cap: a raised value resets the limits too, unless it comes from 0") {
+  TunerParams p;
+  p.policy = Policy::static_value;
+  p.grow_start_at_cap = true;
+  p.static_ns = 100000;
+  Tuner t(p, 50000);
+  // Raised from 50000: a CPU left at the old cap's limit would stay there (its halts in the trap
+  // are shorter than it): zeroed, its first halt within the new cap puts it at the cap.
+  auto d = t.decide(synth(50000, timer150));
+  CHECK(d.guest_halt_poll_ns == 100000);
+  CHECK(d.grow_start_ns == 100000u);
+  CHECK(d.reset_limits);
+  // Raised from 0: the limits are 0 already, no governor round trip.
+  p.static_ns = 0;
+  t.set_params(p);
+  d = t.decide(synth(100000, timer150));
+  CHECK(d.guest_halt_poll_ns == 0);
+  CHECK(d.grow_start_ns == 50000u);
+  CHECK(d.reset_limits);  // lowered
+  p.static_ns = 25000;
+  t.set_params(p);
+  d = t.decide(synth(0, timer150));
+  CHECK(d.guest_halt_poll_ns == 25000);
+  CHECK(d.grow_start_ns == 25000u);
+  CHECK_FALSE(d.reset_limits);
+  // Without reset_limits no reset either way.
+  p.reset_limits = false;
+  p.static_ns = 50000;
+  t.set_params(p);
+  d = t.decide(synth(25000, timer150));
+  CHECK(d.guest_halt_poll_ns == 50000);
+  CHECK_FALSE(d.reset_limits);
+}
+
 TEST_CASE("lowering the value asks for a poll-limit reset, raising it does not") {
   TunerParams p;
   p.policy = Policy::static_value;
