@@ -95,11 +95,18 @@ void run(Cell& c, const LoadDescription& d, const Calibration& cal) {
   lc.metric = d.result;
   lc.duration = static_cast<Ns>(c.seconds * 1e9);
   lc.seed = static_cast<std::uint64_t>(c.seed);
-  if (c.setting.rfind("static_", 0) == 0) {
-    lc.boot.guest_halt_poll_ns = static_cast<std::uint32_t>(std::stoul(c.setting.substr(7)));
+  // "<setting>_gscap": a static with guest_halt_poll_grow_start at its cap (never a reference
+  // static), a policy with tuner.grow_start_at_cap.
+  std::string setting = c.setting;
+  const bool gscap = setting.size() > 6 && setting.ends_with("_gscap");
+  if (gscap) setting.resize(setting.size() - 6);
+  if (setting.rfind("static_", 0) == 0) {
+    lc.boot.guest_halt_poll_ns = static_cast<std::uint32_t>(std::stoul(setting.substr(7)));
+    if (gscap && lc.boot.guest_halt_poll_ns > 0) lc.boot.guest_halt_poll_grow_start = lc.boot.guest_halt_poll_ns;
   } else {
     TunerParams p;
-    p.policy = *policy_from_string(c.setting);
+    p.policy = *policy_from_string(setting);
+    p.grow_start_at_cap = gscap;
     lc.tuner = p;
     lc.boot.guest_halt_poll_ns = 200000;
   }
@@ -274,7 +281,8 @@ void report(const std::map<int, std::vector<const Cell*>>& by_cpus, const std::v
       }
       for (const auto& st : settings) {
         if (!at.count(st) || at.at(st).empty()) continue;  // not run at this size
-        if (st.rfind("static_", 0) == 0 && st != "static_0" && st != best && st != "static_200000") {
+        if (st.rfind("static_", 0) == 0 && !st.ends_with("_gscap") && st != "static_0" && st != best &&
+            st != "static_200000") {
           // The ladder's other rungs are in loads.jsonl; the table shows 0, the best, 200000 and the policies.
           continue;
         }
@@ -368,6 +376,17 @@ int main(int argc, char** argv) {
   for (auto v : kLadder) settings.push_back("static_" + std::to_string(v));
   settings.insert(settings.end(), kPolicies.begin(), kPolicies.end());
   if (!settings_s.empty()) settings = split(settings_s);
+  for (const auto& st : settings) {
+    std::string base = st.ends_with("_gscap") ? st.substr(0, st.size() - 6) : st;
+    const bool ok = base.rfind("static_", 0) == 0
+                        ? base.size() > 7 && base.find_first_not_of("0123456789", 7) == std::string::npos
+                        : policy_from_string(base) && *policy_from_string(base) != Policy::static_value;
+    if (!ok) {
+      std::fprintf(stderr, "bench_sim_eval: --settings %s: expected static_<ns>, balanced, budget or latency, each "
+                           "optionally with _gscap\n", st.c_str());
+      return 2;
+    }
+  }
   const auto loads = split(loads_s);
   if (!report_dir.empty()) {
     // The tables again from the loads.jsonl of an earlier run.

@@ -33,6 +33,25 @@ std::string refusal(const std::string& text, int cpus = 2) {
   return "accepted";
 }
 
+// The database-shaped load of contrib/loads/ at a setting, for `seconds`.
+GuestSimulateOptions db_at(const std::string& setting, double seconds) {
+  GuestSimulateOptions o;
+  o.load_path = contrib("db");
+  o.setting = setting;
+  o.seconds = seconds;
+  return o;
+}
+
+// simulate --guest with `o` and these --set, which must succeed quietly: its JSON.
+nlohmann::json run_json(GuestSimulateOptions o, std::vector<std::string> sets) {
+  o.sets = std::move(sets);
+  o.json = true;
+  std::ostringstream out, err;
+  REQUIRE(run_simulate_guest(o, out, err) == 0);
+  CHECK(err.str().empty());
+  return nlohmann::json::parse(out.str());
+}
+
 }  // namespace
 
 TEST_CASE("load json: the shipped pipe is the calibrated pipe, replicated per pair of vCPUs", "[load]") {
@@ -125,20 +144,9 @@ TEST_CASE("simulate --guest: --set puts the guest's other module parameters in f
   // write-space wake-up, polls the kernel's grow_start (50000), times out and halts too briefly to
   // grow the limit (the trap); with grow_start at the cap the first halt grows the limit to the cap,
   // which catches the wait.
-  GuestSimulateOptions o;
-  o.load_path = contrib("db");
-  o.setting = "static:100000";
-  o.seconds = 2;
-  o.json = true;
-  auto run = [&](std::vector<std::string> sets) {
-    o.sets = std::move(sets);
-    std::ostringstream out, err;
-    REQUIRE(run_simulate_guest(o, out, err) == 0);
-    CHECK(err.str().empty());
-    return nlohmann::json::parse(out.str());
-  };
-  const auto trapped = run({});
-  const auto escaped = run({"guest_halt_poll_grow_start=100000"});
+  GuestSimulateOptions o = db_at("static:100000", 2);
+  const auto trapped = run_json(o, {});
+  const auto escaped = run_json(o, {"guest_halt_poll_grow_start=100000"});
   CHECK(trapped.at("module_parameters_at_boot").at("guest_halt_poll_grow_start") == 50000);
   CHECK(escaped.at("module_parameters_at_boot").at("guest_halt_poll_grow_start") == 100000);
   CHECK(escaped.at("halts_per_s").get<double>() * 10 < trapped.at("halts_per_s").get<double>());
@@ -152,6 +160,41 @@ TEST_CASE("simulate --guest: --set puts the guest's other module parameters in f
   o.sets = {"guest_halt_poll_grow_start"};
   CHECK(run_simulate_guest(o, text, err) == 2);
   CHECK_THAT(err.str(), Catch::Contains("--set guest_halt_poll_grow_start: expected key=value"));
+}
+
+TEST_CASE("simulate --guest: --set tuner.<key> runs the daemon with that key, grow_start_at_cap leaves the trap",
+          "[load][loop]") {
+  // balanced on the database-shaped load: with the kernel's grow_start its sweep measures every rung
+  // above 50000 still in the trap (the limits the rung below left) and keeps 0; with the cap as
+  // grow_start and the limits zeroed on each climb the rungs above catch the wait.
+  GuestSimulateOptions o = db_at("balanced", 20);
+  const auto kernel = run_json(o, {});
+  const auto at_cap = run_json(o, {"tuner.grow_start_at_cap=true"});
+  CHECK(!kernel.contains("tuner_keys"));
+  CHECK(at_cap.at("tuner_keys").at("tuner.grow_start_at_cap") == "true");
+  CHECK(kernel.at("cap_at_end_ns").get<std::uint32_t>() < 50000);
+  CHECK(at_cap.at("cap_at_end_ns").get<std::uint32_t>() >= 100000);
+  CHECK(at_cap.at("result").at("mean_us").get<double>() < 0.75 * kernel.at("result").at("mean_us").get<double>());
+  CHECK(at_cap.at("late_half").at("halts_per_s").get<double>() * 10 < kernel.at("late_half").at("halts_per_s").get<double>());
+  // Refused, with the key and the reason: a tuner key with a static setting, a key that is not the
+  // configuration's, a value out of its type or bounds, a combination validate() refuses.
+  auto refused = [&](const std::string& setting, const std::string& kv, const std::string& why) {
+    o.setting = setting;
+    o.sets = {kv};
+    std::ostringstream out, err;
+    CHECK(run_simulate_guest(o, out, err) == 2);
+    CHECK_THAT(err.str(), Catch::Contains("--set " + kv + ": " + why));
+  };
+  refused("static:100000", "tuner.grow_start_at_cap=true", "a tuner key needs a policy --setting");
+  refused("balanced", "tuner.min_periods=10", "not a configuration key of the tuner");
+  refused("balanced", "tuner.grow_start_at_cap=yes", "expected true or false");
+  refused("balanced", "tuner.max_poll_cpu_percent=101", "max_poll_cpu_percent: expected");
+  refused("balanced", "tuner.max_ns=4e5x", "expected a number");
+  o.setting = "balanced";
+  o.sets = {"tuner.manage_grow_start=true", "tuner.grow_start_at_cap=true"};
+  std::ostringstream out, err;
+  CHECK(run_simulate_guest(o, out, err) == 2);
+  CHECK_THAT(err.str(), Catch::Contains("grow_start_at_cap: excludes manage_grow_start"));
 }
 
 TEST_CASE("load json: repeat expands a burst, start_s and stop_s bound a thread's run", "[load]") {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <map>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -21,6 +22,47 @@ namespace haltpolld::des {
 
 namespace {
 constexpr int kOk = 0, kUsage = 2, kLoad = 3;
+}  // namespace
+
+namespace {
+
+// Sets the configuration key `name` of the tuner ("grow_start_at_cap", not "tuner.grow_start_at_cap")
+// from its text: true/false for a flag, a number within the key's bounds otherwise (the policy is
+// --setting's). An empty string, or why the key or its value is refused.
+std::string set_tuner_key(TunerParams& p, const std::string& name, std::string_view text) {
+  std::string error = "not a configuration key of the tuner";
+  for_each_tuner_param([&](const char* n, auto member, TunerParamUse use, const TunerBounds&) {
+    if (name != n || use != TunerParamUse::config) return;
+    using T = std::remove_cvref_t<decltype(p.*member)>;
+    if constexpr (std::is_same_v<T, bool>) {
+      if (text == "true" || text == "false") {
+        p.*member = text == "true";
+        error.clear();
+      } else {
+        error = "expected true or false";
+      }
+    } else if constexpr (std::is_arithmetic_v<T>) {
+      try {
+        std::size_t used = 0;
+        const double v = std::stod(std::string(text), &used);
+        if (used != text.size()) throw std::invalid_argument("trailing text");
+        if (std::is_integral_v<T> && (v < 0 || v != static_cast<double>(static_cast<std::uint64_t>(v))))
+          throw std::invalid_argument("not a whole number");
+        p.*member = static_cast<T>(v);
+        error.clear();
+      } catch (const std::exception&) {
+        error = "expected a number";
+      }
+    } else {
+      error = "set by --setting";
+    }
+  });
+  if (error.empty()) {
+    if (const auto e = check_tuner_params(p)) error = e->name + ": " + e->reason;
+  }
+  return error;
+}
+
 }  // namespace
 
 int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::ostream& err) {
@@ -55,12 +97,27 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
 
   // The other module parameters at boot, parsed (and range-checked) as the replay parses them.
   haltpoll::PolicyParams module;
+  std::map<std::string, std::string> tuner_sets;  // the tuner keys given, for the header and the JSON
   for (const auto& kv : o.sets) {
     const auto eq = kv.find('=');
     const std::string key = kv.substr(0, eq);
     if (eq == std::string::npos) {
       fmt::print(err, "haltpolld simulate --guest: --set {}: expected key=value\n", kv);
       return kUsage;
+    }
+    if (key.rfind("tuner.", 0) == 0) {
+      // A key of the daemon's tuner, as haltpolld.json sets it.
+      if (!tuner) {
+        fmt::print(err, "haltpolld simulate --guest: --set {}: a tuner key needs a policy --setting, not {}\n", kv,
+                   o.setting);
+        return kUsage;
+      }
+      if (auto e = set_tuner_key(*tuner, key.substr(6), std::string_view(kv).substr(eq + 1)); !e.empty()) {
+        fmt::print(err, "haltpolld simulate --guest: --set {}: {}\n", kv, e);
+        return kUsage;
+      }
+      tuner_sets[key] = kv.substr(eq + 1);
+      continue;
     }
     if (key == "guest_halt_poll_ns") {
       fmt::print(err, "haltpolld simulate --guest: --set {}: the cap is --setting static:<ns> (or --boot-ns)\n", kv);
@@ -89,6 +146,7 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
     if (std::string_view(name) != "guest_halt_poll_ns" && !(module.haltpoll.*member == defaults.*member))
       module_text += fmt::format(", {} {}", name, module.haltpoll.*member);
   });
+  for (const auto& [k, v] : tuner_sets) module_text += fmt::format(", {} {}", k, v);
 
   std::string text;
   {
@@ -159,6 +217,7 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
     nlohmann::ordered_json mp;
     haltpoll::for_each_haltpoll_param([&](const char* name, auto member, auto) { mp[name] = module.haltpoll.*member; });
     j["module_parameters_at_boot"] = mp;
+    if (!tuner_sets.empty()) j["tuner_keys"] = tuner_sets;
     j["cap_at_end_ns"] = r.final_cap_ns;
     j["cap_changes"] = changes;
     j["last_change_s"] = settled_s;
@@ -246,7 +305,9 @@ std::function<int()> add_simulate_command_with_guest(CLI::App& parent) {
   auto* set = app->get_option("--set");
   set->description(set->get_description() +
                    "; with --guest, the guest's other module parameters at boot: guest_halt_poll_grow, "
-                   "guest_halt_poll_grow_start, guest_halt_poll_shrink, guest_halt_poll_allow_shrink");
+                   "guest_halt_poll_grow_start, guest_halt_poll_shrink, guest_halt_poll_allow_shrink; or a "
+                   "key of the daemon's tuner, tuner.<key>=<value> (haltpolld.json's, e.g. "
+                   "tuner.grow_start_at_cap=true)");
   // The options of one mode that the other would silently ignore.
   std::vector<CLI::Option*> replay_only, guest_only;
   for (const char* n : {"--policy", "--miss-cost-ns", "--cap-ns", "--residency-bias-ns"})
