@@ -75,8 +75,9 @@
 #      DB_ARGS ("-w 60 -t 60"), STOP_SETTINGS (balanced: the settings whose verdicts must be
 #      decided, besides "no static value meets them all"), MARIADB_ROWS (10000),
 #      EVAL_SMOKE=1 [EVAL_FAKE_ROOT=dir], EVAL_ESTIMATE=1.
-#   A setting is a policy (balanced, budget, latency), static_<ns>, or a diagnostic static_<ns>_gs
-#   (grow_start ns / 2) or static_<ns>_gscap (grow_start ns), which is never a best static.
+#   A setting is a policy (balanced, budget, latency; <policy>_gscap with tuner.grow_start_at_cap),
+#   static_<ns>, or a diagnostic static_<ns>_gs (grow_start ns / 2) or static_<ns>_gscap
+#   (grow_start ns), which is never a best static.
 # Needs root (not in smoke mode), perf (linux-perf), python3, the applications of
 # `scripts/install-deps.sh --eval`, gnuplot for the plot.
 set -euo pipefail
@@ -88,7 +89,7 @@ SMOKE="${EVAL_SMOKE:-0}"
 if [ "$SMOKE" = 1 ]; then
   # Tiny cells, one round, every load (the plumbing, not a measurement).
   DEF_LOADS="timer poisson idle pipe rr db sockperf sockperf_c4 redis_c1 redis_c8 nginx_c1 nginx_c16 memcached_c1 memcached_c8 mariadb mariadb_t4"
-  DEF_SETTINGS="static_0 static_75000 static_75000_gscap balanced"
+  DEF_SETTINGS="static_0 static_75000 static_75000_gscap balanced balanced_gscap"
   DEF_DAEMON_S=2 DEF_STATIC_S=1 DEF_MIN_ROUNDS=1 DEF_MAX_ROUNDS=1 DEF_CHANGE_S=2 DEF_QUIET_WAIT=0
   DEF_CHANGE_SETTINGS="balanced static_0 static_400000" DEF_BUDGET=30
 else
@@ -435,11 +436,12 @@ wait_socket() {
 
 # start_policy <setting> <tag>: the daemon for a setting "<policy>" or "<policy>_trace<N>".
 # A suffix _noprobe runs it with probe.rate_hz 0 (no probe tasks on the daemon's workers; the
-# halt-exit penalty then stays unmeasured).
+# halt-exit penalty then stays unmeasured); _gscap with tuner.grow_start_at_cap.
 start_policy() {
   local s=$1 probe=10 extra=""
   case $s in *_noprobe) probe=0; s=${s%_noprobe} ;; esac
-  case $s in *_trace*) extra=", \"steady_trace_every\": ${s##*_trace}"; s=${s%%_trace*} ;; esac
+  case $s in *_gscap) extra=", \"grow_start_at_cap\": true"; s=${s%_gscap} ;; esac
+  case $s in *_trace*) extra="$extra, \"steady_trace_every\": ${s##*_trace}"; s=${s%%_trace*} ;; esac
   start_daemon "$s" "$2" "$extra" "$probe"
 }
 

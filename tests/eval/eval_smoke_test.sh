@@ -68,8 +68,9 @@ for load in env["loads"].split():
             bad.append(f"{load}/{s}: no metric ({r.get('output_tail', '')[-200:]!r})")
         if r.get("poll_cpu_percent_per_cpu") is None:
             bad.append(f"{load}/{s}: no poll CPU")
-        # A _gscap static runs with grow_start at its cap; every other cell with the tree's 50000.
-        want_gs = int(s.split("_")[1]) if s.endswith("_gscap") else 50000
+        # A _gscap static runs with grow_start at its cap; every other cell starts with the tree's
+        # 50000 (a policy's _gscap writes its own once its daemon runs, and puts 50000 back).
+        want_gs = int(s.split("_")[1]) if s.startswith("static_") and s.endswith("_gscap") else 50000
         if r.get("grow_start_before") != want_gs:
             bad.append(f"{load}/{s}: grow_start {r.get('grow_start_before')} in force, not {want_gs}")
         if s.split("_")[0] in ("balanced", "budget", "latency"):
@@ -81,6 +82,17 @@ for load in env["loads"].split():
             st = json.load(open(os.path.join(out, f"status-{s}-{load}-r1.json")))
             if "parameters" not in st:
                 bad.append(f"{load}/{s}: no status")
+            # A policy's _gscap runs the daemon with tuner.grow_start_at_cap, the policy without.
+            gscap = (((st.get("parameters") or {}).get("controller") or {}).get("tuner") or {}).get("params", {})
+            if gscap.get("grow_start_at_cap") is not s.endswith("_gscap"):
+                bad.append(f"{load}/{s}: tuner.grow_start_at_cap {gscap.get('grow_start_at_cap')}")
+            # ... and writes grow_start = the cap with every cap but 0, nothing without it.
+            for x in (d.get("parameters") or {}).get("decisions") or []:
+                ns, gs = x.get("guest_halt_poll_ns"), x.get("grow_start_ns")
+                want = (ns if ns else 50000) if s.endswith("_gscap") else None
+                if gs != want or (want is not None and x.get("applied_grow_start") is not True):
+                    bad.append(f"{load}/{s}: tick {x.get('tick')}: cap {ns} with grow_start {gs}, not {want}")
+                    break
 ch = [json.loads(l) for l in open(os.path.join(out, "change.jsonl"))]
 if sorted({r["phase"] for r in ch}) != ["idle", "pipe", "rr", "timer"]:
     bad.append("the load-change run lacks a phase")
