@@ -52,7 +52,8 @@ struct Decision {
   // manage_grow_start), else empty.
   std::optional<std::uint32_t> grow_start_ns;
   // Lowered with TunerParams::reset_limits: the CPUs' poll limits are to be zeroed too, so that the
-  // lower cap reaches the CPUs that never halt (they keep their old limit until they do).
+  // lower cap reaches the CPUs that never halt (they keep their old limit until they do). Raised
+  // from a cap other than 0 with grow_start_at_cap as well, so that no CPU keeps the old cap's.
   bool reset_limits = false;
   Rule rule = Rule::steady;
   std::string reason;
