@@ -269,8 +269,23 @@ Decision Controller::tick_locked() {
   } else {
     d = tuner_.decide(obs);
   }
-  // grow_start first: a CPU that halts between the writes then grows by the new one, and the
-  // limits a reset zeroes below are not regrown by the old one (grow_start_at_cap's raised cap).
+  if (d.changed()) {
+    // Samples taken under the old value must not be judged as the new one's.
+    carried_probes_.reset();
+    carried_ticks_ = 0;
+    if (t == Target::kernel) {
+      auto r = actuator_->set_poll_ns(d.guest_halt_poll_ns);
+      if (r.ok) {
+        d.applied_kernel = true;
+      } else {
+        degrade_locked(r.message);
+        d.reason += "; not applied: " + r.message + " (degraded to observe)";
+      }
+    } else if (t == Target::pool) {
+      pool_->set_window_cap_ns(d.guest_halt_poll_ns);
+      d.applied_pool = true;
+    }
+  }
   if (d.grow_start_ns && t == Target::kernel && degraded_reason_.empty()) {
     auto r = actuator_->set_grow_start_ns(*d.grow_start_ns);
     if (r.ok) {
@@ -280,40 +295,23 @@ Decision Controller::tick_locked() {
       d.reason += "; grow_start not applied: " + r.message + " (degraded to observe)";
     }
   }
-  if (d.changed()) {
-    // Samples taken under the old value must not be judged as the new one's.
-    carried_probes_.reset();
-    carried_ticks_ = 0;
-    if (t == Target::kernel && !degraded_reason_.empty()) {
-      // grow_start was refused just above: the guest is back to what it had, nothing more written.
-    } else if (t == Target::kernel) {
-      auto r = actuator_->set_poll_ns(d.guest_halt_poll_ns);
-      if (r.ok) {
-        d.applied_kernel = true;
-        if (d.reset_limits && reset_unavailable_.empty()) {
-          // Not a reason to leave kernel mode: the cap is in force, only CPUs that never halt keep
-          // their old limit. Said once in the log and kept in status.
-          auto z = actuator_->reset_poll_limits();
-          if (z.ok) {
-            d.applied_reset = true;
-            ++limit_resets_;
-          } else if (actuator_->detect().governor != "haltpoll") {
-            // Refused half way: the guest is on another governor, so the parameters reach nothing.
-            degrade_locked(z.message);
-            d.reason += "; poll limit reset stopped half way: " + z.message + " (degraded to observe)";
-          } else {
-            reset_unavailable_ = z.message;
-            d.reason += "; poll limits not reset: " + z.message;
-            spdlog::warn("lowering the cap cannot reset the CPUs' poll limits: {}", z.message);
-          }
-        }
-      } else {
-        degrade_locked(r.message);
-        d.reason += "; not applied: " + r.message + " (degraded to observe)";
-      }
-    } else if (t == Target::pool) {
-      pool_->set_window_cap_ns(d.guest_halt_poll_ns);
-      d.applied_pool = true;
+  // The limits reset after both the cap and grow_start are in force: a CPU that halts between the
+  // writes would otherwise regrow by the old grow_start (grow_start_at_cap's raised cap).
+  if (d.applied_kernel && d.reset_limits && reset_unavailable_.empty() && degraded_reason_.empty()) {
+    // Not a reason to leave kernel mode: the cap is in force, only CPUs that never halt keep
+    // their old limit. Said once in the log and kept in status.
+    auto z = actuator_->reset_poll_limits();
+    if (z.ok) {
+      d.applied_reset = true;
+      ++limit_resets_;
+    } else if (actuator_->detect().governor != "haltpoll") {
+      // Refused half way: the guest is on another governor, so the parameters reach nothing.
+      degrade_locked(z.message);
+      d.reason += "; poll limit reset stopped half way: " + z.message + " (degraded to observe)";
+    } else {
+      reset_unavailable_ = z.message;
+      d.reason += "; poll limits not reset: " + z.message;
+      spdlog::warn("lowering the cap cannot reset the CPUs' poll limits: {}", z.message);
     }
   }
   last_obs_ = obs;

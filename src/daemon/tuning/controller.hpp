@@ -1,7 +1,7 @@
 // Controller: the daemon's sensor → tuner → actuator loop, one step per tick(). It also measures
 // the halt-exit penalty the tuner prices halts with (HaltExitPenalty, from the probes on ticks
 // when the CPUs are otherwise idle) and, with tuner.grow_start_at_cap or manage_grow_start, writes
-// the tuner's guest_halt_poll_grow_start next to the cap (before it).
+// the tuner's guest_halt_poll_grow_start next to the cap (before any limit reset).
 // It reaches the guest only through its edges (signals/edges.hpp): a KernelSignalSource, a
 // HaltpollActuator and a Clock, given at construction and kept for its life (the shell wires the
 // sysfs ones in, sysfs/sysfs_edges.hpp; a simulated guest may provide its own in virtual time).

@@ -175,9 +175,9 @@ TEST_CASE("the Controller drives a guest that is not the kernel, in the guest's 
   CHECK(!guest->saved);
 }
 
-TEST_CASE("grow_start at the cap: grow_start is written before the cap, the limits reset after both") {
+TEST_CASE("grow_start at the cap: the limits reset after both the cap and grow_start are written") {
   // A CPU that halts between the writes must not grow by the old grow_start once the limits are
-  // zeroed: the new grow_start first, then the cap, then the reset.
+  // zeroed: the cap (whose refusal stops everything), grow_start, then the reset.
   auto guest = std::make_shared<VirtualGuest>();
   guest->poll_ns = 50000;
   auto o = opts(true);
@@ -190,7 +190,7 @@ TEST_CASE("grow_start at the cap: grow_start is written before the cap, the limi
   CHECK(d.guest_halt_poll_ns == 100000);
   CHECK(d.applied_grow_start);
   CHECK(d.applied_reset);  // raised, with grow_start at the cap
-  CHECK(guest->order == std::vector<std::string>{"grow_start 100000", "ns 100000", "reset"});
+  CHECK(guest->order == std::vector<std::string>{"ns 100000", "grow_start 100000", "reset"});
   c.stop();
 }
 
