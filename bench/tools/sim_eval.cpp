@@ -32,7 +32,9 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using namespace haltpolld;
@@ -87,6 +89,16 @@ struct Phase {
 constexpr Phase kChangePhases[] = {
     {"pipe", 0, 20, 20000, 400000}, {"timer", 20, 40, 0, 74999}, {"rr", 40, 60, 30000, 400000}};
 
+// A setting without its "_gscap" suffix, and whether it had one: a static with
+// guest_halt_poll_grow_start at its cap (never a reference static), a policy with
+// tuner.grow_start_at_cap.
+std::pair<std::string, bool> gscap_split(const std::string& setting) {
+  constexpr std::string_view kSuffix = "_gscap";
+  if (setting.size() > kSuffix.size() && setting.ends_with(kSuffix))
+    return {setting.substr(0, setting.size() - kSuffix.size()), true};
+  return {setting, false};
+}
+
 void run(Cell& c, const LoadDescription& d, const Calibration& cal) {
   LoopConfig lc;
   lc.cpus = c.cpus;
@@ -95,11 +107,7 @@ void run(Cell& c, const LoadDescription& d, const Calibration& cal) {
   lc.metric = d.result;
   lc.duration = static_cast<Ns>(c.seconds * 1e9);
   lc.seed = static_cast<std::uint64_t>(c.seed);
-  // "<setting>_gscap": a static with guest_halt_poll_grow_start at its cap (never a reference
-  // static), a policy with tuner.grow_start_at_cap.
-  std::string setting = c.setting;
-  const bool gscap = setting.size() > 6 && setting.ends_with("_gscap");
-  if (gscap) setting.resize(setting.size() - 6);
+  const auto [setting, gscap] = gscap_split(c.setting);
   if (setting.rfind("static_", 0) == 0) {
     lc.boot.guest_halt_poll_ns = static_cast<std::uint32_t>(std::stoul(setting.substr(7)));
     if (gscap && lc.boot.guest_halt_poll_ns > 0) lc.boot.guest_halt_poll_grow_start = lc.boot.guest_halt_poll_ns;
@@ -281,7 +289,7 @@ void report(const std::map<int, std::vector<const Cell*>>& by_cpus, const std::v
       }
       for (const auto& st : settings) {
         if (!at.count(st) || at.at(st).empty()) continue;  // not run at this size
-        if (st.rfind("static_", 0) == 0 && !st.ends_with("_gscap") && st != "static_0" && st != best &&
+        if (st.rfind("static_", 0) == 0 && !gscap_split(st).second && st != "static_0" && st != best &&
             st != "static_200000") {
           // The ladder's other rungs are in loads.jsonl; the table shows 0, the best, 200000 and the policies.
           continue;
@@ -377,10 +385,11 @@ int main(int argc, char** argv) {
   settings.insert(settings.end(), kPolicies.begin(), kPolicies.end());
   if (!settings_s.empty()) settings = split(settings_s);
   for (const auto& st : settings) {
-    std::string base = st.ends_with("_gscap") ? st.substr(0, st.size() - 6) : st;
+    const std::string base = gscap_split(st).first;
+    const auto policy = policy_from_string(base);
     const bool ok = base.rfind("static_", 0) == 0
                         ? base.size() > 7 && base.find_first_not_of("0123456789", 7) == std::string::npos
-                        : policy_from_string(base) && *policy_from_string(base) != Policy::static_value;
+                        : policy && *policy != Policy::static_value;
     if (!ok) {
       std::fprintf(stderr, "bench_sim_eval: --settings %s: expected static_<ns>, balanced, budget or latency, each "
                            "optionally with _gscap\n", st.c_str());
