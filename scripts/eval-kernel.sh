@@ -78,7 +78,8 @@
 #   A setting is a policy (balanced, budget, latency; <policy>_gscap with tuner.grow_start_at_cap),
 #   static_<ns>, or a diagnostic static_<ns>_gs (grow_start ns / 2) or static_<ns>_gscap
 #   (grow_start ns), which is never a best static.
-# Needs root (not in smoke mode), perf (linux-perf), python3, the applications of
+# Needs a guest whose cpuidle driver is haltpoll (it refuses any other: the parameters would reach
+# no idle path), root (not in smoke mode), perf (linux-perf), python3, the applications of
 # `scripts/install-deps.sh --eval`, gnuplot for the plot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -235,6 +236,9 @@ if [ "$SMOKE" != 1 ]; then
   [ "$IS_ROOT" = 1 ] || { echo "eval-kernel: needs root (writes $P)" >&2; exit 1; }
 fi
 [ -d "$P" ] || { echo "eval-kernel: $P does not exist" >&2; exit 1; }
+# shellcheck source=scripts/lib/haltpoll-guest.sh
+. "$SRC/scripts/lib/haltpoll-guest.sh"
+require_haltpoll_driver "$CPUIDLE" eval-kernel || exit 1
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 

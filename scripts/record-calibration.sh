@@ -17,7 +17,8 @@
 # Usage: scripts/record-calibration.sh [build_dir] [out.jsonl]
 #   build_dir  a built tree with bench_load_{rr,timer,poisson} (default build/dev)
 # Env: ROUNDS (4), LOAD_SECONDS (3), PIPE_LOOPS (100000), CAPS, LOADS (pipe rr db timer poisson idle)
-# Needs root, perf (linux-perf), python3.
+# Needs a guest whose cpuidle driver is haltpoll (it refuses any other), root, perf (linux-perf),
+# python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${1:-build/dev}"
@@ -35,6 +36,9 @@ B="$BUILD/bench"
 
 [ "$(id -u)" = 0 ] || { echo "record-calibration: needs root (writes $P)" >&2; exit 1; }
 [ -d "$P" ] || { echo "record-calibration: $P does not exist (no haltpoll driver)" >&2; exit 1; }
+# shellcheck source=scripts/lib/haltpoll-guest.sh
+. scripts/lib/haltpoll-guest.sh
+require_haltpoll_driver /sys/devices/system/cpu/cpuidle record-calibration || exit 1
 for bin in "$B/bench_load_rr" "$B/bench_load_timer" "$B/bench_load_poisson"; do
   [ -x "$bin" ] || { echo "record-calibration: $bin missing; build the bench_load_* targets" >&2; exit 1; }
 done
