@@ -3,11 +3,18 @@
 // descriptions are refused with their position and reason, and the command predicts.
 #include "sim/loop/simulate_guest.hpp"
 #include "sim/des_cell.hpp"
+#include "sim/kernel_replay.hpp"
 #include "sim/des_load_json.hpp"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -228,4 +235,72 @@ TEST_CASE("load json: repeat expands a burst, start_s and stop_s bound a thread'
              Catch::Contains("/threads/0/steps/0/steps: expected a non-empty array"));
   CHECK_THAT(refusal(R"({"threads": [{"cpu": 0, "start_s": 2, "stop_s": 1, "steps": [{"compute_us": 1}]}]})"),
              Catch::Contains("/threads/0/stop_s: must be after start_s"));
+}
+
+TEST_CASE("simulate --guest --record: the guest's idle periods in record's format, every limit event the model's",
+          "[load][loop]") {
+  char dir_template[] = "/tmp/haltpolld-sim-record-XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template;
+  const std::string path = dir + "/pipe.txt";
+
+  GuestSimulateOptions o;
+  o.load_path = contrib("pipe");
+  o.setting = "static:20000";  // the cap inside the pipe's knee: grows, shrinks and timed-out polls
+  o.seconds = 2;
+  o.record_path = path;
+  const auto j = run_json(o, {});
+  const std::string text = slurp(path);
+  CHECK_FALSE(std::ifstream(path + ".tmp").good());  // renamed into place
+  CHECK_THAT(text, Catch::StartsWith("# haltpolld simulate --guest: load pipe (1 copy) on 2 vCPUs, setting "
+                                     "static:20000, seed 1, 2 s of virtual time\n# haltpoll guest_halt_poll_ns=20000 "));
+
+  // As a kernel recording: the parameters from its header, every line a period or an event.
+  std::istringstream in(text);
+  const haltpolld::KernelRecording rec = haltpolld::read_kernel_recording(in, 0);
+  CHECK(rec.params_from_header);
+  CHECK(rec.params.guest_halt_poll_ns == 20000);
+  CHECK(rec.params.guest_halt_poll_grow_start == 50000);
+  REQUIRE(rec.cpus.size() == 2);
+  std::uint64_t polls = 0, halts = 0, events = 0;
+  for (const auto& [cpu, c] : rec.cpus) {
+    polls += c.polls;
+    halts += c.halts.size();
+    events += c.events.size();
+  }
+  // The counters count the periods still running at the end too (one per CPU at most).
+  const double seconds = j.at("seconds").get<double>();
+  CHECK(std::abs(static_cast<double>(polls + halts) - j.at("idle_entries_per_s").get<double>() * seconds) <= 2);
+  CHECK(std::abs(static_cast<double>(halts) - j.at("halts_per_s").get<double>() * seconds) <= 2);
+  CHECK(halts > 1000);
+  CHECK(polls > 50 * halts);  // the pipe polls through all but about one period in 90 at 20000
+  CHECK_THAT(text, Catch::EndsWith(fmt::format("# end: 2.000 s, {} periods, {} limit events\n", polls + halts, events)));
+
+  // The replay of the kernel's rule takes every branch the simulated kernel took, to the same value.
+  const haltpolld::ReplayAgreement a = haltpolld::replay_against_kernel(rec);
+  CHECK(a.kernel_events == events);
+  CHECK(a.kernel_events > 1000);
+  CHECK(a.model_events == a.kernel_events);
+  CHECK(a.aligned == a.kernel_events);
+  CHECK(a.one_step_same == a.halts);
+
+  // Under the daemon: each change of the cap is a comment at its time.
+  o.setting = "balanced";
+  o.seconds = 3;
+  const auto b = run_json(o, {});
+  const std::string tuned = slurp(path);
+  std::size_t cap_lines = 0;
+  for (std::size_t at = tuned.find("\n# cap "); at != std::string::npos; at = tuned.find("\n# cap ", at + 1)) ++cap_lines;
+  CHECK(b.at("cap_changes").get<std::size_t>() >= 2);
+  CHECK(cap_lines == b.at("cap_changes").get<std::size_t>());
+
+  // A file that cannot be written: refused before the run, nothing left behind.
+  o.record_path = dir + "/no/such/dir/x.txt";
+  std::ostringstream out, err;
+  CHECK(run_simulate_guest(o, out, err) == 2);
+  CHECK_THAT(err.str(), Catch::Contains("--record " + o.record_path + ": cannot write"));
+  CHECK(out.str().empty());
+
+  std::remove(path.c_str());
+  ::rmdir(dir.c_str());
 }

@@ -15,6 +15,7 @@ LoopResult run_closed_loop(const LoopConfig& cfg) {
   gc.costs = cfg.costs;
   gc.params = cfg.boot;
   gc.seed = cfg.seed;
+  gc.log_events = static_cast<bool>(cfg.on_events);
   Workload load = cfg.load;
   if (cfg.tuner && cfg.tick_work_ns > 0) {
     // The daemon itself: woken by its tick's timer on vCPU 0, it reads the counters and decides.
@@ -31,12 +32,19 @@ LoopResult run_closed_loop(const LoopConfig& cfg) {
   const Ns half = cfg.duration / 2;
 
   // The second half's meter starts at `half` whatever the ticks do; the run ends at the duration.
+  auto run_until = [&](Ns t) {
+    g.run_until(t);
+    if (cfg.on_events) {
+      cfg.on_events(g.events(), g.params().guest_halt_poll_ns);
+      g.clear_events();
+    }
+  };
   auto run_to = [&](Ns t) {
     if (!late && t > half) {
-      g.run_until(half);
+      run_until(half);
       late.emplace(g, cfg.metric);
     }
-    g.run_until(t);
+    run_until(t);
   };
   auto finish = [&] {
     run_to(cfg.duration);

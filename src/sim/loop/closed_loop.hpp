@@ -12,6 +12,7 @@
 #include "tuning/tuner.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ struct LoopConfig {
   Ns tick_work_ns = 1'000'000;
   Ns duration = 30'000'000'000;
   std::uint64_t seed = 1;
+  // Set: the guest keeps its tracepoint log, handed over after each stretch of the run (between
+  // two ticks) with the cap in force during it, then dropped (guest_record.hpp writes it).
+  std::function<void(const std::vector<TraceEvent>&, std::uint32_t cap_ns)> on_events;
 };
 
 struct LoopTick {

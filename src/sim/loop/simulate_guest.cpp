@@ -4,6 +4,7 @@
 #include "sim/des_calibration.hpp"
 #include "sim/des_load_json.hpp"
 #include "sim/loop/closed_loop.hpp"
+#include "sim/loop/guest_record.hpp"
 #include "sim/simulate.hpp"
 
 #include <fmt/format.h>
@@ -12,7 +13,11 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <optional>
 #include <map>
 #include <iostream>
 #include <memory>
@@ -181,6 +186,29 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
   c.boot = module.haltpoll;
   c.duration = static_cast<Ns>(o.seconds * 1e9);
   c.seed = o.seed;
+  // --record: written to a temporary file beside the target, renamed over it once the run ends.
+  std::ofstream rec_file;
+  std::optional<GuestRecordWriter> rec;
+  const std::string rec_tmp = o.record_path.empty() ? "" : o.record_path + ".tmp";
+  if (!o.record_path.empty()) {
+    rec_file.open(rec_tmp, std::ios::trunc);
+    if (!rec_file) {
+      fmt::print(err, "haltpolld simulate --guest: --record {}: cannot write {}: {}\n", o.record_path, rec_tmp,
+                 std::strerror(errno));
+      return kUsage;
+    }
+    rec.emplace(rec_file, o.cpus, module.haltpoll,
+                fmt::format("haltpolld simulate --guest: load {} ({} cop{}) on {} vCPU{}, setting {}{}, seed {}, "
+                            "{:.0f} s of virtual time",
+                            load.load.name, load.copies, load.copies == 1 ? "y" : "ies", o.cpus, o.cpus == 1 ? "" : "s",
+                            o.setting, module_text, o.seed, o.seconds));
+    c.on_events = [&rec](const std::vector<TraceEvent>& ev, std::uint32_t cap) { rec->consume(ev, cap); };
+  }
+  auto drop_record = [&] {
+    if (rec_tmp.empty()) return;
+    rec_file.close();
+    std::remove(rec_tmp.c_str());
+  };
   LoopResult r;
   {
     // The Controller logs every change at info: the decisions are summarised below instead.
@@ -190,10 +218,21 @@ int run_simulate_guest(const GuestSimulateOptions& o, std::ostream& out, std::os
       r = run_closed_loop(c);
     } catch (const std::invalid_argument& e) {  // a program that could loop without advancing time
       spdlog::set_level(level);
+      drop_record();
       fmt::print(err, "haltpolld simulate --guest: {}: {}\n", o.load_path, e.what());
       return kLoad;
     }
     spdlog::set_level(level);
+  }
+  if (rec) {
+    rec->finish(o.seconds);
+    rec_file.flush();
+    if (!rec_file || (rec_file.close(), !rec_file) || std::rename(rec_tmp.c_str(), o.record_path.c_str()) != 0) {
+      fmt::print(err, "haltpolld simulate --guest: --record {}: writing failed: {}\n", o.record_path,
+                 std::strerror(errno));
+      drop_record();
+      return kUsage;
+    }
   }
   const CalibrationTolerance& tol = kCalibrationTolerance;
   std::uint64_t changes = 0;
@@ -301,6 +340,9 @@ std::function<int()> add_simulate_command_with_guest(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--seed", o->seed, "--guest: random seed")->capture_default_str();
   app->add_flag("--decisions", o->decisions, "--guest: print every decision but a steady hold, with the tuner's rule and reason");
+  app->add_option("--record", o->record_path,
+                  "--guest: also write the guest's idle periods and limit changes to this file, in `haltpolld "
+                  "record`'s format");
   auto* json = app->get_option("--json");
   auto* set = app->get_option("--set");
   set->description(set->get_description() +
@@ -312,7 +354,7 @@ std::function<int()> add_simulate_command_with_guest(CLI::App& parent) {
   std::vector<CLI::Option*> replay_only, guest_only;
   for (const char* n : {"--policy", "--miss-cost-ns", "--cap-ns", "--residency-bias-ns"})
     replay_only.push_back(app->get_option(n));
-  for (const char* n : {"--load", "--cpus", "--setting", "--boot-ns", "--seconds", "--seed", "--decisions"})
+  for (const char* n : {"--load", "--cpus", "--setting", "--boot-ns", "--seconds", "--seed", "--decisions", "--record"})
     guest_only.push_back(app->get_option(n));
   auto given = [](const std::vector<CLI::Option*>& opts) {
     std::string names;

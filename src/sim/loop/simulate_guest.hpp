@@ -34,6 +34,9 @@ struct GuestSimulateOptions {
   // guest_halt_poll_grow_start, guest_halt_poll_shrink, guest_halt_poll_allow_shrink. The cap is
   // --setting's (or --boot-ns); the replay's policy keys are refused.
   std::vector<std::string> sets;
+  // Also write the guest's idle periods and limit changes to this file in `haltpolld record`'s
+  // format (loop/guest_record.hpp); replaced only when the run succeeds. Empty: none.
+  std::string record_path;
 };
 
 // Exit codes: 0 ok, 2 usage (a bad setting, --cpus or --set), 3 the load (unreadable, malformed).
