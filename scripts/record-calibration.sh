@@ -10,13 +10,21 @@
 # only odd rounds count it ("perf": true); even rounds run the load bare, for its result.
 # Each cell starts from fresh per-CPU limits (a governor round trip), as a guest booted with the cap.
 # One JSON line per cell on stdout and in OUT.
+# Then, for each TRACE_CELLS cell (load:cap), the idle periods and the governor's limit changes of
+# one run of the load, `haltpolld record` beside it: OUT.traces/LOAD-CAP.idle.txt with the sysfs
+# counters before and after and the load's wall time (LOAD-CAP.wall_us), as ../shared/real-guest/
+# traces/ holds them but of every CPU and through eBPF rather than perf (scripts/trace-summary.py
+# reads them; docs/simulator.md, "Traces"). The default cells are those the counters cannot judge:
+# the loops' knees and the database-shaped load's trap at grow_start.
 #
 # It writes the REAL /sys/module/haltpoll/parameters: it holds /tmp/haltpoll-real-sysfs.lock for
 # its whole run and puts back the values it FOUND, and the governor, in a trap.
 #
 # Usage: scripts/record-calibration.sh [build_dir] [out.jsonl]
 #   build_dir  a built tree with bench_load_{rr,timer,poisson} (default build/dev)
-# Env: ROUNDS (4), LOAD_SECONDS (3), PIPE_LOOPS (100000), CAPS, LOADS (pipe rr db timer poisson idle)
+# Env: ROUNDS (4; 0: the traces alone), LOAD_SECONDS (3), PIPE_LOOPS (100000), CAPS, LOADS (pipe rr db timer poisson idle),
+#      TRACE_CELLS ("pipe:10000 pipe:20000 rr:10000 rr:20000 db:50000 db:75000 db:100000"; empty:
+#      none), HALTPOLLD (build_dir/src/daemon/haltpolld)
 # Needs a guest whose cpuidle driver is haltpoll (it refuses any other), root, perf (linux-perf),
 # python3.
 set -euo pipefail
@@ -28,6 +36,8 @@ LOAD_SECONDS="${LOAD_SECONDS:-3}"
 PIPE_LOOPS="${PIPE_LOOPS:-100000}"
 CAPS="${CAPS:-0 10000 20000 25000 30000 50000 75000 100000 150000 200000 400000}"
 LOADS="${LOADS:-pipe rr db timer poisson idle}"
+TRACE_CELLS="${TRACE_CELLS-pipe:10000 pipe:20000 rr:10000 rr:20000 db:50000 db:75000 db:100000}"
+HALTPOLLD="${HALTPOLLD:-$BUILD/src/daemon/haltpolld}"
 P=/sys/module/haltpoll/parameters
 G=/sys/devices/system/cpu/cpuidle/current_governor
 NAMES=(guest_halt_poll_ns guest_halt_poll_grow guest_halt_poll_grow_start guest_halt_poll_shrink
@@ -43,6 +53,16 @@ for bin in "$B/bench_load_rr" "$B/bench_load_timer" "$B/bench_load_poisson"; do
   [ -x "$bin" ] || { echo "record-calibration: $bin missing; build the bench_load_* targets" >&2; exit 1; }
 done
 command -v perf >/dev/null || { echo "record-calibration: perf (linux-perf) missing" >&2; exit 1; }
+for cell in $TRACE_CELLS; do
+  case "$cell" in
+    pipe:[0-9]* | rr:[0-9]* | db:[0-9]* | timer:[0-9]* | poisson:[0-9]* | idle:[0-9]*)
+      [ -z "$(echo "${cell#*:}" | tr -d 0-9)" ] || { echo "record-calibration: TRACE_CELLS: $cell: the cap is not a number" >&2; exit 1; } ;;
+    *) echo "record-calibration: TRACE_CELLS: $cell: expected load:cap with a load of pipe rr db timer poisson idle" >&2; exit 1 ;;
+  esac
+done
+if [ -n "$TRACE_CELLS" ]; then
+  [ -x "$HALTPOLLD" ] || { echo "record-calibration: $HALTPOLLD missing (TRACE_CELLS records with it; build haltpolld or set HALTPOLLD)" >&2; exit 1; }
+fi
 
 exec 9>/tmp/haltpoll-real-sysfs.lock
 flock 9
@@ -150,4 +170,35 @@ PY
     done
   done
 done
+
+# The traces, after the counters' rounds (a recorder attached costs the load 150-220 ns an event).
+if [ -n "$TRACE_CELLS" ]; then
+  TRACES="$OUT.traces"
+  mkdir -p "$TRACES"
+  for cell in $(shuffle $TRACE_CELLS); do
+    load="${cell%%:*}"
+    cap="${cell#*:}"
+    base="$TRACES/$load-$cap"
+    put_back
+    echo "$cap" > "$P/guest_halt_poll_ns"
+    fresh_limits
+    sleep 0.2
+    counters > "$base.counters.before"
+    # Stopped by SIGTERM once the load ends; it writes what it read and renames the file into place.
+    "$HALTPOLLD" record --seconds 3600 --output "$base.idle.txt" 2> "$base.record.log" &
+    rec=$!
+    sleep 1  # its programs attach
+    t0=$(date +%s%N)
+    # shellcheck disable=SC2046
+    $(load_cmd "$load") > "$base.out" 2>/dev/null || true
+    t1=$(date +%s%N)
+    kill -TERM "$rec" 2>/dev/null || true
+    if ! wait "$rec"; then
+      echo "record-calibration: haltpolld record failed for $cell: $(tail -1 "$base.record.log")" >&2
+    fi
+    counters > "$base.counters.after"
+    echo $(((t1 - t0) / 1000)) > "$base.wall_us"
+    echo "record-calibration: traced $cell: $(grep -c -v '^#' "$base.idle.txt" 2>/dev/null || echo 0) idle periods in $(cat "$base.wall_us") us" >&2
+  done
+fi
 rm -rf "$TMPD"

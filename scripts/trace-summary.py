@@ -5,7 +5,8 @@ The format (docs/kernel-signals.md, "Recording"): one line per idle state's resi
 ns`, in time order; a POLL line followed on the same CPU by a halt line is a poll that timed out, a
 POLL line followed by anything else ended with a wake-up; `# limit cpu old new grow|shrink` is the
 governor's adjustment after a halt (tracepoint power:guest_halt_poll_ns); `# haltpoll k=v ...` the
-parameters in force; `# end: S s, ...` the recording's length. `haltpolld record` writes it on a
+parameters in force; `# end: S s, ...` the recording's length (a sibling `.wall_us` file, the load's
+wall time in microseconds, takes precedence). `haltpolld record` writes it on a
 guest, `haltpolld simulate --guest --record` for the simulated guest, and the traces of
 ../shared/real-guest/traces/ (tests/data/real-guest/, compressed with xz) were made with perf in the
 same shape (their length is in a sibling `LOAD-CAP.wall_us`, in microseconds).
@@ -22,7 +23,7 @@ hold CPU 0 only), or over the one --cpu names.
 
 Usage: scripts/trace-summary.py [--json] [--cpu N] [--seconds S] FILE...
   --cpu N      only CPU N's lines (a simulated guest's CPU 0 against a real trace of CPU 0)
-  --seconds S  the recording's length when it has no `# end:` line and no sibling .wall_us file
+  --seconds S  the recording's length when it has no sibling .wall_us file and no `# end:` line
 """
 import argparse
 import json
@@ -48,7 +49,17 @@ def open_text(path):
 
 
 def seconds_of(path, given):
-    """The recording's length: its `# end:` line, a sibling .wall_us file, or --seconds."""
+    """The recording's length: the load's wall time in a sibling .wall_us file (the recorder may run
+    a little before and after the load), else its `# end:` line, else --seconds."""
+    name = path[: -len(".xz")] if path.endswith(".xz") else path
+    base = name[: -len(".idle.txt")] if name.endswith(".idle.txt") else os.path.splitext(name)[0]
+    wall = base + ".wall_us"
+    if os.path.exists(wall):
+        with open(wall) as f:
+            try:
+                return float(f.read().split()[0]) / 1e6, "wall_us"
+            except (IndexError, ValueError):
+                raise TraceError(f"{wall}: not a number of microseconds")
     with open_text(path) as f:
         for line in f:
             if line.startswith("# end:"):
@@ -56,12 +67,6 @@ def seconds_of(path, given):
                     return float(line.split()[2]), "# end"
                 except (IndexError, ValueError):
                     raise TraceError(f"{path}: unreadable '# end:' line: {line.strip()}")
-    name = path[: -len(".xz")] if path.endswith(".xz") else path
-    base = name[: -len(".idle.txt")] if name.endswith(".idle.txt") else os.path.splitext(name)[0]
-    wall = base + ".wall_us"
-    if os.path.exists(wall):
-        with open(wall) as f:
-            return float(f.read().split()[0]) / 1e6, "wall_us"
     if given:
         return given, "--seconds"
     raise TraceError(f"{path}: no '# end:' line, no {os.path.basename(wall)}: give --seconds")

@@ -84,6 +84,21 @@ with tempfile.TemporaryDirectory(prefix="haltpolld-trace-summary-") as d:
     r = json.loads(out) if rc == 0 else {}
     check(r.get("halts_per_s") == 4 and r.get("seconds_from") == "--seconds", f"--seconds: {out} {err}")
 
+    # The load's wall time beside a recording (LOAD-CAP.wall_us) comes before its `# end:` line.
+    beside = os.path.join(d, "made.idle.txt")
+    with open(rec) as f, open(beside, "w") as g:
+        g.write(f.read())
+    with open(os.path.join(d, "made.wall_us"), "w") as f:
+        f.write("500000\n")
+    rc, out, err = run("--json", beside)
+    r = json.loads(out) if rc == 0 else {}
+    check(r.get("seconds") == 0.5 and r.get("seconds_from") == "wall_us" and r.get("polls_per_s") == 5,
+          f"wall_us: {out} {err}")
+    with open(os.path.join(d, "made.wall_us"), "w") as f:
+        f.write("soon\n")
+    rc, out, err = run(beside)
+    check(rc == 1 and "made.wall_us: not a number of microseconds" in err, f"bad wall_us: rc {rc}, {err}")
+
 # The real guest's pipe at cap 0 (xz, its length in pipe-0.wall_us): the halted periods' p10/p50/p90
 # that FitInputs holds (src/sim/des_costs.hpp) and the share of halts of 10 µs or less that
 # docs/simulator.md quotes.
