@@ -38,8 +38,9 @@ struct LoopConfig {
   Ns tick_work_ns = 1'000'000;
   Ns duration = 30'000'000'000;
   std::uint64_t seed = 1;
-  // Set: the guest keeps its tracepoint log, handed over after each stretch of the run (between
-  // two ticks) with the cap in force during it, then dropped (guest_record.hpp writes it).
+  // Set: the guest keeps its tracepoint log, handed over after each stretch of the run (at most
+  // 50 ms, never across a tick) with the cap in force during it, then dropped (guest_record.hpp
+  // writes it).
   std::function<void(const std::vector<TraceEvent>&, std::uint32_t cap_ns)> on_events;
 };
 
