@@ -10,12 +10,14 @@ GuestRecordWriter::GuestRecordWriter(std::ostream& out, int cpus, const haltpoll
                                      const std::string& comment)
     : out_(out), open_(static_cast<std::size_t>(cpus)), cap_ns_(boot.guest_halt_poll_ns) {
   fmt::print(out_, "# {}\n", comment);
-  // The parameters at boot, as the recorder copies the ones in force, so that the replay uses them.
-  fmt::print(out_,
-             "# haltpoll guest_halt_poll_ns={} guest_halt_poll_grow={} guest_halt_poll_grow_start={} "
-             "guest_halt_poll_shrink={} guest_halt_poll_allow_shrink={}\n",
-             boot.guest_halt_poll_ns, boot.guest_halt_poll_grow, boot.guest_halt_poll_grow_start,
-             boot.guest_halt_poll_shrink, boot.guest_halt_poll_allow_shrink ? "Y" : "N");
+  // The parameters at boot, as the recorder copies the ones in force (a flag as sysfs shows it,
+  // Y or N), so that the replay uses them.
+  std::string header = "# haltpoll";
+  haltpoll::for_each_haltpoll_param([&](const char* name, auto member, haltpoll::HaltpollParamKind kind) {
+    if (kind == haltpoll::HaltpollParamKind::flag) header += fmt::format(" {}={}", name, boot.*member ? "Y" : "N");
+    else header += fmt::format(" {}={}", name, boot.*member);
+  });
+  fmt::print(out_, "{}\n", header);
   fmt::print(out_, "# cpu state residency_ns | # limit cpu old new grow|shrink\n");
 }
 
@@ -44,7 +46,7 @@ void GuestRecordWriter::consume(const std::vector<TraceEvent>& events, std::uint
         ++limits_;
         break;
       case TraceEvent::Kind::wake_idle_without_ipi:
-        break;  // counted by the recorder's status line only, not written
+        break;  // not part of the format (haltpolld record leaves it out too)
     }
   }
 }
