@@ -113,9 +113,10 @@ QUIET_IDLE_PERCENT="${QUIET_IDLE_PERCENT:-85}"
 STOP_SETTINGS="${STOP_SETTINGS:-balanced}"
 RR_ARGS="${RR_ARGS:--w 20 -t 10}"
 DB_ARGS="${DB_ARGS:--w 60 -t 60}"
+read -r -a RR_ARGV <<< "$RR_ARGS"   # bench_load_rr's options, one word each
+read -r -a DB_ARGV <<< "$DB_ARGS"
 MARIADB_ROWS="${MARIADB_ROWS:-10000}"
 SEED="${SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
-POLICIES="balanced budget latency"
 NAMES=(guest_halt_poll_ns guest_halt_poll_grow guest_halt_poll_grow_start guest_halt_poll_shrink
        guest_halt_poll_allow_shrink)
 T_START=$(date +%s)
@@ -134,7 +135,7 @@ app_of() {
 n_pol=0 n_stat=0
 for s in $SETTINGS; do if is_policy "$s"; then n_pol=$((n_pol + 1)); else n_stat=$((n_stat + 1)); fi; done
 n_change=0
-[ "${SKIP_CHANGE:-0}" = 1 ] || n_change=$(echo $CHANGE_SETTINGS | wc -w)
+[ "${SKIP_CHANGE:-0}" = 1 ] || n_change=$(wc -w <<< "$CHANGE_SETTINGS")
 # block_estimate <load>: seconds, with the per-cell costs the smoke run measured.
 block_estimate() {
   local extra=0 cell=0
@@ -177,6 +178,8 @@ done
 [ -z "$missing" ] || { echo "eval-kernel: missing:$missing (scripts/install-deps.sh --eval; perf: linux-perf)" >&2; exit 1; }
 
 # ---- the tree written: the real /sys, or a fake one (smoke mode) ----
+# shellcheck source=scripts/lib/haltpoll-guest.sh
+. "$SRC/scripts/lib/haltpoll-guest.sh"
 FAKE_GUEST_PID=""
 if [ "$SMOKE" = 1 ]; then
   if [ -n "${EVAL_FAKE_ROOT:-}" ]; then
@@ -184,26 +187,7 @@ if [ "$SMOKE" = 1 ]; then
   else
     SYSROOT="$(mktemp -d /tmp/haltpolld-eval-fake-XXXXXX)"
   fi
-  # Never the real tree: not /, not a directory of a sysfs or procfs, not one that reaches /sys or
-  # /proc through a link.
-  case "$SYSROOT" in
-    / | /sys | /sys/* | /proc | /proc/*) echo "eval-kernel: smoke mode refuses the fake root $SYSROOT" >&2; exit 1 ;;
-  esac
-  mkdir -p "$SYSROOT"
-  case "$(stat -f -c %T "$SYSROOT")" in
-    sysfs | proc) echo "eval-kernel: smoke mode refuses $SYSROOT: it is a $(stat -f -c %T "$SYSROOT")" >&2; exit 1 ;;
-  esac
-  # An empty directory or a fake tree made before (sys and proc only), nothing else.
-  if [ -n "$(ls -A "$SYSROOT" | grep -vxE 'sys|proc' || true)" ]; then
-    echo "eval-kernel: smoke mode refuses the fake root $SYSROOT: it holds more than a fake tree" >&2; exit 1
-  fi
-  python3 tests/fleet/fake_guest.py "$SYSROOT" --cpus 2 --init-only
-  for d in sys sys/module/haltpoll/parameters sys/devices/system/cpu proc; do
-    case "$(realpath "$SYSROOT/$d")" in
-      "$SYSROOT"/*) ;;
-      *) echo "eval-kernel: smoke mode refuses $SYSROOT/$d: it leads out of the fake root" >&2; exit 1 ;;
-    esac
-  done
+  SYSROOT="$(make_fake_root "$SYSROOT" eval-kernel)" || exit 1
   R="$SYSROOT"
 else
   [ -z "${EVAL_FAKE_ROOT:-}" ] || { echo "eval-kernel: EVAL_FAKE_ROOT needs EVAL_SMOKE=1" >&2; exit 1; }
@@ -218,26 +202,13 @@ PROC_STAT="$R/proc/stat"
 # sysfs_write <value> <file>: every write of a parameter, the governor or a kernel setting. In smoke
 # mode, a file outside the fake root (or in a real sysfs or procfs) ends the run before it is written.
 sysfs_write() {
-  if [ "$SMOKE" = 1 ]; then
-    local real
-    real="$(realpath -m "$2")"
-    case "$real" in
-      "$SYSROOT"/*) ;;
-      *) echo "eval-kernel: smoke mode refuses to write $real (outside $SYSROOT)" >&2; exit 1 ;;
-    esac
-    case "$(stat -f -c %T "$(dirname "$real")" 2>/dev/null)" in
-      sysfs | proc) echo "eval-kernel: smoke mode refuses to write $real (a kernel file system)" >&2; exit 1 ;;
-    esac
-  fi
-  echo "$1" > "$2"
+  if [ "$SMOKE" = 1 ]; then fake_root_write "$SYSROOT" eval-kernel "$1" "$2"; else echo "$1" > "$2"; fi
 }
 
 if [ "$SMOKE" != 1 ]; then
   [ "$IS_ROOT" = 1 ] || { echo "eval-kernel: needs root (writes $P)" >&2; exit 1; }
 fi
 [ -d "$P" ] || { echo "eval-kernel: $P does not exist" >&2; exit 1; }
-# shellcheck source=scripts/lib/haltpoll-guest.sh
-. "$SRC/scripts/lib/haltpoll-guest.sh"
 require_haltpoll_driver "$CPUIDLE" eval-kernel || exit 1
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
@@ -570,8 +541,8 @@ load_run() {
     poisson) "$B/bench_load_poisson" -r 2000 -d "$s" ;;
     idle) sleep "$s" ;;
     pipe) pipe_chunks "$s" ;;
-    rr) "$B/bench_load_rr" -d "$s" $RR_ARGS ;;
-    db) "$B/bench_load_rr" -d "$s" $DB_ARGS ;;
+    rr) "$B/bench_load_rr" -d "$s" "${RR_ARGV[@]}" ;;
+    db) "$B/bench_load_rr" -d "$s" "${DB_ARGV[@]}" ;;
     sockperf*)
       # Line-buffered, each client to its own file: run_cell starts the cell when every client
       # printed "Starting test" (sockperf sleeps 2 s before its test) and ends it at "Test end".
@@ -844,6 +815,7 @@ run_block() {
   app=$(app_of "$load")
   wait_quiet
   [ -z "$app" ] || app_start "$app"
+  # shellcheck disable=SC2086  # a list of words, split on purpose
   for s in $(shuffled "r$round-$load" $SETTINGS); do
     order=$((order + 1))
     run_cell "$s" "$round" "$load" "$order"
@@ -873,6 +845,7 @@ while [ $round -lt "$MAX_ROUNDS" ]; do
   fi
   round=$((round + 1))
   echo "eval-kernel: round $round: $todo" >&2
+  # shellcheck disable=SC2086  # a list of words, split on purpose
   for load in $(shuffled "r$round" $todo); do
     if [ $round -gt "$MIN_ROUNDS" ] && ! fits "$load"; then
       echo "eval-kernel: round $round: $load left out (the budget)" >&2
@@ -905,7 +878,7 @@ change_run() {
       case $phase in
         pipe) out="$(perf bench sched pipe -l $loops 2>/dev/null | tail -n 5)" ;;
         timer) out="$("$B/bench_load_timer" -p 150 -d 1 2>/dev/null)" ;;
-        rr) out="$("$B/bench_load_rr" -d 1 $RR_ARGS 2>/dev/null)" ;;
+        rr) out="$("$B/bench_load_rr" -d 1 "${RR_ARGV[@]}" 2>/dev/null)" ;;
         idle) sleep 1; out="" ;;
       esac
       t1=$(now_ns); p1=$(poll_us)
@@ -936,6 +909,7 @@ PY
 if [ "${SKIP_CHANGE:-0}" != 1 ]; then
   : > "$OUT/change-baselines.jsonl"
   : > "$OUT/change.jsonl"
+  # shellcheck disable=SC2086  # a list of words, split on purpose
   for s in $(shuffled change $CHANGE_SETTINGS); do
     echo "eval-kernel: load-change run, $s (pipe, timer, load_rr, idle: ${CHANGE_SECONDS}s each)" >&2
     put_back
@@ -945,7 +919,9 @@ if [ "${SKIP_CHANGE:-0}" != 1 ]; then
       T0=$(now_ns)
       start_policy "$s" "change-$s"
       change_run "$s" "$TMP/change-$s.jsonl"
-      wait_socket "change-$s" && varlink "$TMP/sock-change-$s" io.haltpolld.GetDecisions '{"limit": 1000}' > "$OUT/decisions-change-$s.json" || true
+      if wait_socket "change-$s"; then
+        varlink "$TMP/sock-change-$s" io.haltpolld.GetDecisions '{"limit": 1000}' > "$OUT/decisions-change-$s.json" || true
+      fi
       stop_daemon
       if [ "$s" = balanced ]; then
         cp "$TMP/change-$s.jsonl" "$OUT/change.jsonl"

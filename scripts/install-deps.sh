@@ -38,11 +38,14 @@ done
 # (varlink-go-certification), which checks the varlink library as a server and as a client.
 # python3-fusepy and fuse3 serve the FUSE fake sysfs of the fault-injection campaigns (tests/faults,
 # label "faults": the real daemon against a tree that slows and refuses its writes; needs root).
+# The lint tests (tests/lint) run shellcheck over every shell script of the tree and pyflakes
+# (python3-pyflakes) over every Python file.
 pkgs=(cmake make g++ pkg-config libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
       catch2 libsystemd-dev liburcu-dev systemd util-linux procps spin xz-utils
       clang libbpf-dev bpftool libelf-dev zlib1g-dev linux-perf
       prometheus prometheus-node-exporter python3 curl mmdebstrap python3-fusepy fuse3
-      debhelper dpkg-dev fakeroot lintian golang-go golang-github-varlink-go-dev)
+      debhelper dpkg-dev fakeroot lintian golang-go golang-github-varlink-go-dev shellcheck
+      python3-pyflakes)
 if [ "$want_arm64" = 1 ]; then
   # Multiarch: the arm64 builds of the compiled libraries come from Debian's own :arm64 packages,
   # so no x86 library can end up in an arm64 link. Header-only packages (Boost, nlohmann-json,

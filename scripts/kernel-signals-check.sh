@@ -48,6 +48,7 @@ if [ "${HALTPOLL_REAL_SYSFS:-0}" = 1 ]; then
   caps=(0 50000 200000)
 fi
 # Stops the load and restores every parameter found, on every way out (the run's own failures included).
+# shellcheck disable=SC2317  # run by the EXIT trap
 restore() {
   if [ -n "$load_pid" ]; then kill -- "-$load_pid" 2>/dev/null || true; wait "$load_pid" 2>/dev/null || true; fi
   rm -rf "$tmp"
@@ -69,6 +70,7 @@ for cap in "${caps[@]}"; do
   mkfifo "$tmp/ctl" "$tmp/ack"
   # perf's events start disabled; the program's window (between its two snapshots) encloses the
   # enable ... disable of perf's, with only the FIFO round trips between them.
+  # shellcheck disable=SC2016  # the inner bash expands its own arguments
   perf stat -a -A -x, -o "$tmp/perf.csv" -D -1 --control "fifo:$tmp/ctl,$tmp/ack" \
       -e power:cpu_idle --filter 'state != 4294967295' -e power:cpu_idle --filter 'state == 4294967295' \
       -e power:cpu_idle -e sched:sched_wake_idle_without_ipi \

@@ -46,7 +46,9 @@ echo "package: built in $((SECONDS - t0)) s"
 
 rm -f "$out"/*.deb "$out"/*.changes "$out"/*.buildinfo
 mv "$work"/*.deb "$work"/*.changes "$work"/*.buildinfo "$out"/
-changes="$(ls "$out"/haltpolld_"$version"_*.changes)"
-lintian --fail-on error,warning --display-info --show-overrides "$changes"
-echo "package: lintian clean: $(cd "$out" && ls ./*.deb | tr '\n' ' ')"
+changes=("$out"/haltpolld_"$version"_*.changes)
+if [ "${#changes[@]}" != 1 ] || [ ! -f "${changes[0]}" ]; then echo "package: expected one haltpolld_${version}_*.changes in $out" >&2; exit 1; fi
+lintian --fail-on error,warning --display-info --show-overrides "${changes[0]}"
+debs=("$out"/*.deb)
+echo "package: lintian clean: ${debs[*]##*/}"
 rm -rf "$work"

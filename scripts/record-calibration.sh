@@ -19,18 +19,30 @@
 #
 # It writes the REAL /sys/module/haltpoll/parameters: it holds /tmp/haltpoll-real-sysfs.lock for
 # its whole run and puts back the values it FOUND, and the governor, in a trap.
+# CAL_SMOKE=1 runs the plumbing on a fake haltpoll tree instead (tests/fleet/fake_guest.py, its
+# counters standing still; CAL_FAKE_ROOT or a fresh directory): two rounds of tiny cells at caps 0
+# and 50000 and two trace cells, every write checked to land under the fake root, the real
+# parameters neither written nor locked. The loads, perf and `haltpolld record` run for real (ctest
+# label "eval": tests/eval/record_calibration_smoke_test.sh).
 #
 # Usage: scripts/record-calibration.sh [build_dir] [out.jsonl]
 #   build_dir  a built tree with bench_load_{rr,timer,poisson} (default build/dev)
 # Env: ROUNDS (4; 0: the traces alone), LOAD_SECONDS (3), PIPE_LOOPS (100000), CAPS, LOADS (pipe rr db timer poisson idle),
 #      TRACE_CELLS ("pipe:10000 pipe:20000 rr:10000 rr:20000 db:50000 db:75000 db:100000"; empty:
-#      none), HALTPOLLD (build_dir/src/daemon/haltpolld)
+#      none), HALTPOLLD (build_dir/src/daemon/haltpolld), CAL_SMOKE=1 [CAL_FAKE_ROOT=dir]
 # Needs a guest whose cpuidle driver is haltpoll (it refuses any other), root, perf (linux-perf),
 # python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${1:-build/dev}"
 OUT="${2:-$BUILD/calibration-counters.jsonl}"
+SMOKE="${CAL_SMOKE:-0}"
+if [ "$SMOKE" = 1 ]; then
+  ROUNDS="${ROUNDS:-2}" LOAD_SECONDS="${LOAD_SECONDS:-0.3}" PIPE_LOOPS="${PIPE_LOOPS:-3000}" CAPS="${CAPS:-0 50000}"
+  TRACE_CELLS="${TRACE_CELLS-pipe:10000 db:50000}"
+else
+  [ -z "${CAL_FAKE_ROOT:-}" ] || { echo "record-calibration: CAL_FAKE_ROOT needs CAL_SMOKE=1" >&2; exit 1; }
+fi
 ROUNDS="${ROUNDS:-4}"
 LOAD_SECONDS="${LOAD_SECONDS:-3}"
 PIPE_LOOPS="${PIPE_LOOPS:-100000}"
@@ -38,21 +50,34 @@ CAPS="${CAPS:-0 10000 20000 25000 30000 50000 75000 100000 150000 200000 400000}
 LOADS="${LOADS:-pipe rr db timer poisson idle}"
 TRACE_CELLS="${TRACE_CELLS-pipe:10000 pipe:20000 rr:10000 rr:20000 db:50000 db:75000 db:100000}"
 HALTPOLLD="${HALTPOLLD:-$BUILD/src/daemon/haltpolld}"
-P=/sys/module/haltpoll/parameters
-G=/sys/devices/system/cpu/cpuidle/current_governor
+# shellcheck source=scripts/lib/haltpoll-guest.sh
+. scripts/lib/haltpoll-guest.sh
+R=""
+if [ "$SMOKE" = 1 ]; then
+  R="$(make_fake_root "${CAL_FAKE_ROOT:-$(mktemp -d /tmp/haltpolld-calibration-fake-XXXXXX)}" record-calibration)" || exit 1
+fi
+P="$R/sys/module/haltpoll/parameters"
+CPUIDLE="$R/sys/devices/system/cpu/cpuidle"
+G="$CPUIDLE/current_governor"
+# put <value> <file>: every write of a parameter or the governor (in smoke mode, under the fake root only).
+put() { if [ "$SMOKE" = 1 ]; then fake_root_write "$R" record-calibration "$1" "$2"; else echo "$1" > "$2"; fi; }
 NAMES=(guest_halt_poll_ns guest_halt_poll_grow guest_halt_poll_grow_start guest_halt_poll_shrink
        guest_halt_poll_allow_shrink)
 B="$BUILD/bench"
 
 [ "$(id -u)" = 0 ] || { echo "record-calibration: needs root (writes $P)" >&2; exit 1; }
 [ -d "$P" ] || { echo "record-calibration: $P does not exist (no haltpoll driver)" >&2; exit 1; }
-# shellcheck source=scripts/lib/haltpoll-guest.sh
-. scripts/lib/haltpoll-guest.sh
-require_haltpoll_driver /sys/devices/system/cpu/cpuidle record-calibration || exit 1
+require_haltpoll_driver "$CPUIDLE" record-calibration || exit 1
 for bin in "$B/bench_load_rr" "$B/bench_load_timer" "$B/bench_load_poisson"; do
   [ -x "$bin" ] || { echo "record-calibration: $bin missing; build the bench_load_* targets" >&2; exit 1; }
 done
 command -v perf >/dev/null || { echo "record-calibration: perf (linux-perf) missing" >&2; exit 1; }
+for load in $LOADS; do
+  case "$load" in
+    pipe | rr | db | timer | poisson | idle) ;;
+    *) echo "record-calibration: LOADS: $load: expected one of pipe rr db timer poisson idle" >&2; exit 1 ;;
+  esac
+done
 for cell in $TRACE_CELLS; do
   case "$cell" in
     pipe:[0-9]* | rr:[0-9]* | db:[0-9]* | timer:[0-9]* | poisson:[0-9]* | idle:[0-9]*)
@@ -64,14 +89,17 @@ if [ -n "$TRACE_CELLS" ]; then
   [ -x "$HALTPOLLD" ] || { echo "record-calibration: $HALTPOLLD missing (TRACE_CELLS records with it; build haltpolld or set HALTPOLLD)" >&2; exit 1; }
 fi
 
-exec 9>/tmp/haltpoll-real-sysfs.lock
-flock 9
+# Every writer of the real parameters holds this lock for its whole run; the smoke run writes none.
+if [ "$SMOKE" != 1 ]; then
+  exec 9>/tmp/haltpoll-real-sysfs.lock
+  flock 9
+fi
 declare -A FOUND
 for n in "${NAMES[@]}"; do FOUND[$n]="$(cat "$P/$n")"; done
 FOUND_GOV="$(cat "$G")"
 put_back() {
-  for n in "${NAMES[@]}"; do echo "${FOUND[$n]}" > "$P/$n" || true; done
-  [ "$(cat "$G")" = "$FOUND_GOV" ] || echo "$FOUND_GOV" > "$G" || true
+  for n in "${NAMES[@]}"; do put "${FOUND[$n]}" "$P/$n" || true; done
+  [ "$(cat "$G")" = "$FOUND_GOV" ] || put "$FOUND_GOV" "$G" || true
 }
 restore() {
   local rc=$?
@@ -85,48 +113,52 @@ restore() {
 trap restore EXIT INT TERM
 fresh_limits() {
   [ "$FOUND_GOV" = haltpoll ] || return 0
-  echo menu > "$G" 2>/dev/null && echo haltpoll > "$G" || echo "$FOUND_GOV" > "$G" || true
+  { put menu "$G" 2>/dev/null && put haltpoll "$G"; } || put "$FOUND_GOV" "$G" || true
 }
 # "cpu state usage time_us" of every CPU's cpuidle states.
 counters() {
   local c d
-  for c in /sys/devices/system/cpu/cpu[0-9]*; do
+  for c in "$R"/sys/devices/system/cpu/cpu[0-9]*; do
     [ -d "$c/cpuidle" ] || continue
     for d in "$c"/cpuidle/state*; do
-      echo "${c##*/cpu} $(cat "$d/name" | tr -c "A-Za-z0-9_\n" _) $(cat "$d/usage") $(cat "$d/time")"
+      echo "${c##*/cpu} $(tr -c "A-Za-z0-9_\n" _ < "$d/name") $(cat "$d/usage") $(cat "$d/time")"
     done
   done
 }
-load_cmd() {
+# load_argv <load>: the load's command line into LOAD_ARGV, one word an element.
+load_argv() {
   case $1 in
-    pipe) echo "perf bench sched pipe -l $PIPE_LOOPS" ;;
-    rr) echo "$B/bench_load_rr -d $LOAD_SECONDS -w 20 -t 10" ;;
-    db) echo "$B/bench_load_rr -d $LOAD_SECONDS -w 60 -t 60" ;;
-    timer) echo "$B/bench_load_timer -p 150 -d $LOAD_SECONDS" ;;
-    poisson) echo "$B/bench_load_poisson -r 2000 -d $LOAD_SECONDS" ;;
-    idle) echo "sleep $LOAD_SECONDS" ;;
+    pipe) LOAD_ARGV=(perf bench sched pipe -l "$PIPE_LOOPS") ;;
+    rr) LOAD_ARGV=("$B/bench_load_rr" -d "$LOAD_SECONDS" -w 20 -t 10) ;;
+    db) LOAD_ARGV=("$B/bench_load_rr" -d "$LOAD_SECONDS" -w 60 -t 60) ;;
+    timer) LOAD_ARGV=("$B/bench_load_timer" -p 150 -d "$LOAD_SECONDS") ;;
+    poisson) LOAD_ARGV=("$B/bench_load_poisson" -r 2000 -d "$LOAD_SECONDS") ;;
+    idle) LOAD_ARGV=(sleep "$LOAD_SECONDS") ;;
+    *) echo "record-calibration: unknown load '$1'" >&2; exit 2 ;;
   esac
 }
 shuffle() { printf '%s\n' "$@" | shuf; }
 
-echo "{\"kernel\":\"$(uname -r)\",\"cpus\":$(nproc),\"cpu_model\":\"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')\",\"date\":\"$(date -u +%FT%TZ)\",\"found\":\"$(for n in "${NAMES[@]}"; do printf '%s=%s ' "$n" "${FOUND[$n]}"; done)\",\"loadavg_at_start\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}" > "$OUT.env.json"
+echo "{\"kernel\":\"$(uname -r)\",\"cpus\":$(nproc),\"cpu_model\":\"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')\",\"date\":\"$(date -u +%FT%TZ)\",\"found\":\"$(for n in "${NAMES[@]}"; do printf '%s=%s ' "$n" "${FOUND[$n]}"; done)\",\"loadavg_at_start\":\"$(cut -d' ' -f1-3 /proc/loadavg)\",\"smoke\":$([ "$SMOKE" = 1 ] && echo true || echo false),\"sysfs_root\":\"${R:-/}\"}" > "$OUT.env.json"
 : > "$OUT"
 TMPD="$(mktemp -d /tmp/record-calibration-XXXXXX)"
 for round in $(seq 1 "$ROUNDS"); do
+  # shellcheck disable=SC2086  # a list of words, split on purpose
   for cap in $(shuffle $CAPS); do
     put_back
-    echo "$cap" > "$P/guest_halt_poll_ns"
+    put "$cap" "$P/guest_halt_poll_ns"
+    # shellcheck disable=SC2086  # a list of words, split on purpose
     for load in $(shuffle $LOADS); do
       fresh_limits
       sleep 0.2
       counters > "$TMPD/before"
       t0=$(date +%s%N)
       : > "$TMPD/perf"
-      # shellcheck disable=SC2046
+      load_argv "$load"
       if [ $((round % 2)) = 1 ]; then
-        perf stat -x, -a -e sched:sched_wake_idle_without_ipi -o "$TMPD/perf" -- $(load_cmd "$load") > "$TMPD/out" 2>/dev/null || true
+        perf stat -x, -a -e sched:sched_wake_idle_without_ipi -o "$TMPD/perf" -- "${LOAD_ARGV[@]}" > "$TMPD/out" 2>/dev/null || true
       else
-        $(load_cmd "$load") > "$TMPD/out" 2>/dev/null || true
+        "${LOAD_ARGV[@]}" > "$TMPD/out" 2>/dev/null || true
       fi
       t1=$(date +%s%N)
       counters > "$TMPD/after"
@@ -175,12 +207,13 @@ done
 if [ -n "$TRACE_CELLS" ]; then
   TRACES="$OUT.traces"
   mkdir -p "$TRACES"
+  # shellcheck disable=SC2086  # a list of words, split on purpose
   for cell in $(shuffle $TRACE_CELLS); do
     load="${cell%%:*}"
     cap="${cell#*:}"
     base="$TRACES/$load-$cap"
     put_back
-    echo "$cap" > "$P/guest_halt_poll_ns"
+    put "$cap" "$P/guest_halt_poll_ns"
     fresh_limits
     sleep 0.2
     counters > "$base.counters.before"
@@ -189,8 +222,8 @@ if [ -n "$TRACE_CELLS" ]; then
     rec=$!
     sleep 1  # its programs attach
     t0=$(date +%s%N)
-    # shellcheck disable=SC2046
-    $(load_cmd "$load") > "$base.out" 2>/dev/null || true
+    load_argv "$load"
+    "${LOAD_ARGV[@]}" > "$base.out" 2>/dev/null || true
     t1=$(date +%s%N)
     kill -TERM "$rec" 2>/dev/null || true
     if ! wait "$rec"; then

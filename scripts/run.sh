@@ -11,7 +11,7 @@ cmake --build --preset release -j "$(nproc)" --target haltpolld haltpollctl
 # its state file only there, and a predictable /tmp name could be planted by another user first.
 if [ -n "${XDG_RUNTIME_DIR:-}" ] && [ -d "$XDG_RUNTIME_DIR" ] && [ -O "$XDG_RUNTIME_DIR" ]; then
   rundir="$XDG_RUNTIME_DIR/haltpolld"
-  mkdir -p -m 0700 "$rundir"
+  [ -e "$rundir" ] || mkdir -m 0700 "$rundir"
   if [ ! -O "$rundir" ] || [ -L "$rundir" ]; then
     echo "run.sh: $rundir is not a directory of $(id -un); refusing" >&2
     exit 1

@@ -15,8 +15,9 @@ build="$(cd "${1:?build dir, e.g. build/dev}" && pwd)"
 out="${2:?output PNG}"
 run_s="${3:-90}"
 export HALTPOLLD="$build/src/daemon/haltpolld" HALTPOLLCTL="$build/src/ctl/haltpollctl"
-export NODE_EXPORTER="$(command -v prometheus-node-exporter)" PROMETHEUS="$(command -v prometheus)"
-export PYTHON3="$(command -v python3)"
+NODE_EXPORTER="$(command -v prometheus-node-exporter || true)" PROMETHEUS="$(command -v prometheus || true)"
+PYTHON3="$(command -v python3)"
+export NODE_EXPORTER PROMETHEUS PYTHON3
 command -v gnuplot >/dev/null || { echo "plot-panels: needs gnuplot (scripts/install-deps.sh --extra)" >&2; exit 1; }
 . "$src/tests/fleet/fleet_lib.sh"
 fleet_setup

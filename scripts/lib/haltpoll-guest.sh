@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shell functions of the scripts that measure a real haltpoll guest (sourced, not run).
 
 # require_haltpoll_driver <cpuidle_dir> <who>: succeeds when <cpuidle_dir>/current_driver reads
@@ -17,4 +18,47 @@ require_haltpoll_driver() {
       "cpuidle_haltpoll.force=1" >&2
     return 1
   fi
+}
+
+# make_fake_root <dir> <who>: makes <dir> a fake haltpoll guest of 2 CPUs (tests/fleet/fake_guest.py)
+# for a smoke run, and prints its absolute path. Never the real tree: it refuses /, /sys, /proc and
+# anything under them, a directory on a sysfs or procfs, one that holds more than a fake tree made
+# before (sys, proc and dev only), and a tree whose directories lead out of it through a link.
+# Run from the source root.
+make_fake_root() {
+  local root who=$2 d
+  root="$(realpath -m "$1")"
+  case "$root" in
+    / | /sys | /sys/* | /proc | /proc/*) echo "$who: smoke mode refuses the fake root $root" >&2; return 1 ;;
+  esac
+  mkdir -p "$root"
+  case "$(stat -f -c %T "$root")" in
+    sysfs | proc) echo "$who: smoke mode refuses $root: it is a $(stat -f -c %T "$root")" >&2; return 1 ;;
+  esac
+  if [ -n "$(find "$root" -mindepth 1 -maxdepth 1 ! -name sys ! -name proc ! -name dev)" ]; then
+    echo "$who: smoke mode refuses the fake root $root: it holds more than a fake tree" >&2; return 1
+  fi
+  python3 tests/fleet/fake_guest.py "$root" --cpus 2 --init-only >&2 || return 1
+  for d in sys sys/module/haltpoll/parameters sys/devices/system/cpu proc; do
+    case "$(realpath "$root/$d")" in
+      "$root"/*) ;;
+      *) echo "$who: smoke mode refuses $root/$d: it leads out of the fake root" >&2; return 1 ;;
+    esac
+  done
+  echo "$root"
+}
+
+# fake_root_write <fake_root> <who> <value> <file>: writes <value> to <file>, which must lie under
+# <fake_root> and not on a sysfs or procfs; otherwise exits the script before writing.
+fake_root_write() {
+  local root=$1 who=$2 real
+  real="$(realpath -m "$4")"
+  case "$real" in
+    "$root"/*) ;;
+    *) echo "$who: smoke mode refuses to write $real (outside $root)" >&2; exit 1 ;;
+  esac
+  case "$(stat -f -c %T "$(dirname "$real")" 2>/dev/null)" in
+    sysfs | proc) echo "$who: smoke mode refuses to write $real (a kernel file system)" >&2; exit 1 ;;
+  esac
+  echo "$3" > "$4"
 }

@@ -29,8 +29,8 @@ cleanup() { rm -rf --one-file-system "$work"; }
 trap cleanup EXIT
 tree="$work/root"; mkdir -p "$tree"
 tar -C "$tree" -xf "$tarball"
-kernel="$(ls "$tree"/boot/vmlinuz-* | sort -V | tail -1)"
-initrd="$(ls "$tree"/boot/initrd.img-* | sort -V | tail -1)"
+kernel="$(printf '%s\n' "$tree"/boot/vmlinuz-* | sort -V | tail -1)"
+initrd="$(printf '%s\n' "$tree"/boot/initrd.img-* | sort -V | tail -1)"
 cp "$kernel" "$work/vmlinuz"; cp "$initrd" "$work/initrd"
 
 mkdir -p "$tree/etc/haltpolld" "$tree/opt/haltpolld-tests"
@@ -38,8 +38,8 @@ if [ -n "$debs" ]; then
   # The packages, installed by dpkg inside the guest (tests/arm64vm/vmcheck.sh).
   mkdir -p "$tree/opt/haltpolld-debs"
   for p in haltpolld libhaltpoll0.1; do
-    f="$(ls "$debs"/${p}_*_arm64.deb 2>/dev/null | sort -V | tail -1)"
-    [ -n "$f" ] || { echo "FAILED: no ${p}_*_arm64.deb in $debs: scripts/package.sh --arch arm64" >&2; exit 1; }
+    f="$(printf '%s\n' "$debs/${p}"_*_arm64.deb | sort -V | tail -1)"
+    [ -f "$f" ] || { echo "FAILED: no ${p}_*_arm64.deb in $debs: scripts/package.sh --arch arm64" >&2; exit 1; }
     cp "$f" "$tree/opt/haltpolld-debs/"
   done
 else
@@ -55,7 +55,7 @@ mkdir -p "$tree/etc/systemd/system/multi-user.target.wants"
 ln -sf /etc/systemd/system/haltpolld.service "$tree/etc/systemd/system/multi-user.target.wants/"
 fi
 # The library's tests (the `unit` label), run on the guest's kernel.
-for t in $(find "$build/tests/lib" -maxdepth 1 -type f -name 'test_*' -perm -u+x); do install -m 0755 "$t" "$tree/opt/haltpolld-tests/"; done
+find "$build/tests/lib" -maxdepth 1 -type f -name 'test_*' -perm -u+x -exec install -m 0755 {} "$tree/opt/haltpolld-tests/" \;
 install -m 0755 tests/arm64vm/vmcheck.sh "$tree/usr/local/sbin/haltpolld-vmcheck"
 cat >"$tree/etc/systemd/system/haltpolld-vmcheck.service" <<'UNIT'
 [Unit]

@@ -29,6 +29,7 @@ t0=$SECONDS
 echo "building the arm64 root file system into $tarball" >&2
 # An initramfs of the few modules a virt guest boots from: Debian's default (MODULES=most) copies
 # hundreds of modules one shell command at a time under qemu-user, which takes half an hour here.
+# shellcheck disable=SC2016  # the hook's $1 is mmdebstrap's root, expanded by its own shell
 mmdebstrap --quiet --architectures=arm64 --variant=minbase --include="$pkgs" \
   --essential-hook='mkdir -p "$1/etc/initramfs-tools/conf.d" && echo MODULES=list >"$1/etc/initramfs-tools/conf.d/haltpolld-vm" && mkdir -p "$1/usr/share/initramfs-tools/modules.d" && printf "virtio_pci\nvirtio_blk\nvirtio_mmio\next4\n" >"$1/usr/share/initramfs-tools/modules.d/haltpolld-vm"' \
   bookworm "$cache/partial-arm64-$key.tar" "$sources" >&2

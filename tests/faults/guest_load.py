@@ -19,8 +19,6 @@ import os
 import threading
 import time
 
-from fuse_sysfs import PARAMS_DIR  # noqa: F401  (the tree's layout lives in fuse_sysfs)
-
 CPU_DIR = "sys/devices/system/cpu"
 HZ = 100
 

@@ -17,7 +17,6 @@ Prints one JSON object and exits 1 when a check failed.
 """
 
 import argparse
-import json
 import os
 import random
 import sys

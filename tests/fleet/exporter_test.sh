@@ -6,6 +6,7 @@
 # metrics`, and show the counters advancing. A root-only file in the same directory must make the
 # exporter report a read error, which shows that the exporter really reads as another user.
 set -euo pipefail
+# shellcheck source=tests/fleet/fleet_lib.sh
 . "$(dirname "$0")/fleet_lib.sh"
 fleet_setup
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the fleet tests and contrib/grafana/plot-panels.sh (sourced, bash): fake guests whose
 # counters advance (fake_guest.py), haltpolld on them, node_exporter and Prometheus on loopback
 # ports. Every process started here is recorded and stopped by fleet_cleanup, which the caller
@@ -61,7 +62,7 @@ start_guest() {
   chmod 0755 "$g" "$g/textfile"
   "$PYTHON3" "$FLEET_DIR/fake_guest.py" "$g/root" "${args[@]}" --init-only || fail "fake_guest.py $name"
   "${FLEET_LIFETIME[@]}" "$PYTHON3" "$FLEET_DIR/fake_guest.py" "$g/root" "${args[@]}" >"$FLEET_TMP/$name-guest.log" 2>&1 &
-  FLEET_PIDS+=($!)
+  FLEET_PIDS+=("$!")
   "$PYTHON3" - "$g" "$extra" >"$g/haltpolld.json" <<'PY'
 import json, sys
 g, extra = sys.argv[1], sys.argv[2]
@@ -76,7 +77,7 @@ def merge(a, b):
 merge(c, json.loads(extra) if extra else {})
 print(json.dumps(c))
 PY
-  (umask 0077; exec "${FLEET_LIFETIME[@]}" "$HALTPOLLD" --config "$g/haltpolld.json" --log-level ${FLEET_LOG_LEVEL:-warn}) >"$FLEET_TMP/$name-haltpolld.log" 2>&1 &
+  (umask 0077; exec "${FLEET_LIFETIME[@]}" "$HALTPOLLD" --config "$g/haltpolld.json" --log-level "${FLEET_LOG_LEVEL:-warn}") >"$FLEET_TMP/$name-haltpolld.log" 2>&1 &
   FLEET_PIDS+=($!)
   wait_until 15 test -s "$g/textfile/haltpolld.prom" || fail "haltpolld ($name) wrote no textfile"
 }
@@ -92,13 +93,13 @@ exporter_user() {
 # loopback port, and again on another port when http://127.0.0.1:PORT/READY_PATH does not answer
 # (another process took the port first). Sets PORT.
 start_on_free_port() {
-  local name="$1" ready="$2" try port pid
+  local name="$1" ready="$2" port pid
   shift 2
-  for try in 1 2 3 4 5; do
+  for _ in 1 2 3 4 5; do
     port="$(free_port)"
     "${FLEET_LIFETIME[@]}" "${@//\{port\}/$port}" >"$FLEET_TMP/$name-$port.log" 2>&1 &
     pid=$!
-    FLEET_PIDS+=($pid)
+    FLEET_PIDS+=("$pid")
     if wait_until 20 curl -sf "http://127.0.0.1:$port/$ready"; then
       PORT="$port"
       return 0
@@ -115,6 +116,7 @@ start_node_exporter() {
   [ -n "$user" ] && cmd=(setpriv --reuid="$user" --regid="$(id -g "$user")" --clear-groups --inh-caps=-all)
   start_on_free_port node_exporter metrics "${cmd[@]}" "$NODE_EXPORTER" --web.listen-address="127.0.0.1:{port}" \
     --collector.disable-defaults --collector.textfile --collector.textfile.directory="$1"
+  # shellcheck disable=SC2034  # read by the callers
   EXPORTER_PORT="$PORT"
 }
 

@@ -11,6 +11,8 @@
 #     reason, HaltpollParametersNotRestored, HaltpollStealAboveBackoff and HaltpollQosForcesPolling;
 #   - every query of contrib/grafana/haltpolld.json returns data (check_dashboard.py --prometheus).
 set -euo pipefail
+: "${RULES:?the rules file (set by CTest)}" "${DASHBOARD:?the dashboard (set by CTest)}"
+# shellcheck source=tests/fleet/fleet_lib.sh
 . "$(dirname "$0")/fleet_lib.sh"
 fleet_setup
 t0=$SECONDS
@@ -89,10 +91,10 @@ case "$reason" in *"'menu'"*) ;; *) fail "reason label: $reason" ;; esac
 [ "$(count 'ALERTS{guest="menu",alertname="HaltpollPollingDoesNotPay"}')" = 0 ] || fail "idle menu guest said to waste"
 
 # Every recording rule produces a value.
-for r in $(sed -nE 's/^ *- record: *([^ ]+) *$/\1/p' "$RULES"); do
+while read -r r; do
   n="$(count "$r")"
   [ "$n" -ge 1 ] || fail "recording rule $r has no value"
-done
+done < <(sed -nE 's/^ *- record: *([^ ]+) *$/\1/p' "$RULES")
 
 # The shares are the fake trees' rates (per CPU: 0.466 s/s waste, 0.196 s/s pays).
 check_range() {  # check_range EXPR LOW HIGH

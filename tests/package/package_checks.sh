@@ -1,20 +1,23 @@
+# shellcheck shell=bash disable=SC2154  # $work, $root, $pid1, $params: the sourcing test's
 # The Debian packages under a real systemd; sourced by tests/systemd/unit_in_systemd_test.sh
 # --package DEBDIR once systemd runs in the namespace (it provides ns, show, param, wait_for,
 # check_originals, tuned, check_reload, ok, fail, $work, $root, $pid1, $originals). The packages
 # sit in the tree's /var/tmp/debs. The unit's own checks (watchdog, kill -9, admin group, eBPF) are the other mode's.
 dpkg_ns() { ns env DEBIAN_FRONTEND=noninteractive dpkg "$@"; }
 # The tree's paths of the packages matching PATTERN... (expanded here: ns runs no shell).
-in_tree() { local f; for f in "$@"; do for f in "$root"/var/tmp/debs/$f; do echo "${f#"$root"}"; done; done; }
+in_tree() { local p f; for p in "$@"; do for f in "$root"/var/tmp/debs/$p; do echo "${f#"$root"}"; done; done; }
 
 # install: the maintainer scripts enable and start the service
-dpkg_ns -i $(in_tree 'libhaltpoll0*_*.deb' 'haltpolld_*.deb') >"$work/dpkg-install.log" 2>&1 ||
+mapfile -t debs < <(in_tree 'libhaltpoll0*_*.deb' 'haltpolld_*.deb')
+dpkg_ns -i "${debs[@]}" >"$work/dpkg-install.log" 2>&1 ||
   { cat "$work/dpkg-install.log" >&2; fail "dpkg -i"; }
 [ "$(ns systemctl is-enabled haltpolld 2>&1)" = enabled ] || fail "not enabled after install: $(ns systemctl is-enabled haltpolld 2>&1)"
 wait_for 15 sh -c "[ \"\$(nsenter --target $pid1 --mount --pid --root --wd=/ -- systemctl is-active haltpolld)\" = active ]" ||
   fail "not active after install: $(show ActiveState) $(show SubState) result $(show Result)"
 ok "dpkg -i: haltpolld enabled and active (StatusText='$(show StatusText)')"
+# shellcheck disable=SC2016  # dpkg-query's own field syntax
 ns dpkg-query -W -f='${Conffiles}\n' haltpolld | grep -q /etc/haltpolld/haltpolld.json || fail "the configuration is not a conffile"
-ns test -s /usr/share/haltpolld/prometheus/haltpolld.rules.yml && ns test -s /usr/share/haltpolld/grafana/haltpolld.json ||
+{ ns test -s /usr/share/haltpolld/prometheus/haltpolld.rules.yml && ns test -s /usr/share/haltpolld/grafana/haltpolld.json; } ||
   fail "the Prometheus rules or the Grafana dashboard are missing"
 
 # the client answers on the default socket
@@ -26,7 +29,7 @@ ok "haltpollctl status answers on /run/haltpolld ($(echo "$status" | head -1))"
 set +e
 manual="$(ns timeout 20 haltpolld --config /etc/haltpolld/haltpolld.json --foreground 2>&1)"; rc=$?
 set -e
-[ "$rc" = 4 ] && echo "$manual" | grep -q "already running" || fail "haltpolld by hand while the service runs: exit $rc: $manual"
+{ [ "$rc" = 4 ] && echo "$manual" | grep -q "already running"; } || fail "haltpolld by hand while the service runs: exit $rc: $manual"
 ok "haltpolld by hand is refused (exit 4): $(echo "$manual" | grep -m1 "already running")"
 
 # a parameter write through the shipped unit's sandbox: the static policy at 12345 ns (restart-only keys)
@@ -51,8 +54,10 @@ for deb in "$root"/var/tmp/debs/haltpolld_*.deb "$root"/var/tmp/debs/libhaltpoll
   name="$(sed -n 's/^Package: //p' "$up/pkg/DEBIAN/control")"
   dpkg-deb --root-owner-group -b "$up/pkg" "$root/var/tmp/debs/up-$name.deb" >/dev/null
 done
-dpkg_ns -i $(in_tree 'up-libhaltpoll0*.deb' up-haltpolld.deb) >"$work/dpkg-upgrade.log" 2>&1 ||
+mapfile -t debs < <(in_tree 'up-libhaltpoll0*.deb' up-haltpolld.deb)
+dpkg_ns -i "${debs[@]}" >"$work/dpkg-upgrade.log" 2>&1 ||
   { cat "$work/dpkg-upgrade.log" >&2; fail "dpkg -i (upgrade)"; }
+# shellcheck disable=SC2016  # dpkg-query's own field syntax
 ns dpkg-query -W -f='${Version}' haltpolld | grep -q '+upgradetest$' || fail "the upgrade is not installed"
 wait_for 15 sh -c "[ \"\$(nsenter --target $pid1 --mount --pid --root --wd=/ -- systemctl is-active haltpolld)\" = active ]" ||
   fail "not active after the upgrade: $(show ActiveState)"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154  # $pid1, $params: the sourcing test's
 # Debian's real TuneD (tuned 2.20, its daemon under the namespace's systemd) next to the installed
 # haltpolld; sourced by tests/package/package_checks.sh before the purge, with haltpolld running
 # the static policy at 12345 ns. The haltpoll parameters are the fake tree mounted at
@@ -28,6 +29,7 @@ ns systemctl start tuned || fail "systemctl start tuned: $(ns journalctl --no-pa
 wait_for 60 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- timeout 20 tuned-adm active 2>&1 | grep -q 'active profile'" ||
   fail "tuned-adm does not reach the TuneD daemon: $(ns timeout 20 tuned-adm active 2>&1); $(ns systemctl status --no-pager tuned 2>&1 | tail -20); $(ns tail -20 /var/log/tuned/tuned.log 2>&1)"
 tadm list | grep -q -- '- haltpolld' || fail "tuned-adm list does not show haltpolld"
+# shellcheck disable=SC2016  # dpkg-query's own field syntax
 ok "TuneD $(ns dpkg-query -W -f='${Version}' tuned) runs; tuned-adm lists the profile haltpolld"
 ns mkdir -p /etc/tuned/haltpoll-test
 ns sh -c 'printf "[main]\nsummary=sets guest_halt_poll_ns as sap-hana-kvm-guest does\n\n[sysfs]\n/sys/module/haltpoll/parameters/guest_halt_poll_ns=2400000\n" > /etc/tuned/haltpoll-test/tuned.conf'

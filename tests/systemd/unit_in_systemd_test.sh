@@ -275,7 +275,7 @@ fi
 # the watchdog keeps it alive past 3 x WatchdogSec (2 s here)
 main_pid="$(show MainPID)"
 sleep 7
-[ "$(show ActiveState)" = active ] && [ "$(show MainPID)" = "$main_pid" ] && [ "$(show NRestarts)" = 0 ] ||
+{ [ "$(show ActiveState)" = active ] && [ "$(show MainPID)" = "$main_pid" ] && [ "$(show NRestarts)" = 0 ]; } ||
   fail "not the same healthy process after 7 s with WatchdogSec=2s (restarts $(show NRestarts))"
 ok "watchdog: same pid $main_pid after 3.5 x WatchdogSec, no restart"
 
@@ -362,7 +362,7 @@ wait_for 10 sh -c "nsenter --target $pid1 --mount --pid --root --wd=/ -- journal
 journal="$(ns journalctl --no-pager -u haltpolld)"
 restored_at="$(grep -n "restored the haltpoll parameters saved by pid $stopped_pid" <<<"$journal" | head -1 | cut -d: -f1)"
 listening_at="$(grep -n "haltpolld\[$new_pid\]: listening on" <<<"$journal" | head -1 | cut -d: -f1)"
-[ -n "$restored_at" ] && [ -n "$listening_at" ] && [ "$restored_at" -lt "$listening_at" ] ||
+{ [ -n "$restored_at" ] && [ -n "$listening_at" ] && [ "$restored_at" -lt "$listening_at" ]; } ||
   fail "the restore of pid $stopped_pid's originals (journal line $restored_at) does not come before pid $new_pid listens (line $listening_at)"
 ok "SIGSTOP: restarted by the watchdog $((SECONDS - t_stop)) s later as pid $new_pid, the originals saved by pid $stopped_pid restored first"
 wait_for 10 tuned || fail "the instance restarted by the watchdog did not tune again"

@@ -9,6 +9,7 @@
 # Usage: certification_test.sh server|client BINARY SOURCE_DIR WORK_DIR
 set -euo pipefail
 direction="$1"; bin="$2"; src="$3"; work="$4"
+# shellcheck source=tests/varlink/go_reference.sh
 source "$src/tests/varlink/go_reference.sh"
 go_reference_env "$work"
 go build -o "$work/varlink-go-certification" github.com/varlink/go/cmd/varlink-go-certification

@@ -5,6 +5,7 @@
 # Usage: go_client_test.sh HALTPOLLD_BIN SOURCE_DIR WORK_DIR
 set -euo pipefail
 daemon="$1"; src="$2"; work="$3"
+# shellcheck source=tests/varlink/go_reference.sh
 source "$src/tests/varlink/go_reference.sh"
 go_reference_env "$work"
 go_reference_build "$work" go_client client.go

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the tests of tests/varlink that build against the reference Go varlink library as
 # Debian packages it (golang-github-varlink-go-dev under /usr/share/gocode: GOPATH mode, offline).
 # It makes the scratch directory $tmp and, at exit, stops the background process whose id the test
@@ -26,7 +27,7 @@ go_reference_env() {
   [ -d "$gocode/src/github.com/varlink/go/varlink" ] ||
     { echo "skipped: $gocode has no github.com/varlink/go (golang-github-varlink-go-dev; scripts/install-deps.sh)"; exit 77; }
   mkdir -p "$1"
-  export GOPATH="$gocode" GO111MODULE=off GOFLAGS= GOCACHE="$1/gocache" GOPROXY=off CGO_ENABLED=0
+  export GOPATH="$gocode" GO111MODULE=off GOFLAGS="" GOCACHE="$1/gocache" GOPROXY=off CGO_ENABLED=0
 }
 
 # wait_for_socket PATH PID LOG: until PATH is a socket (10 s); fails with LOG when it is not, or
