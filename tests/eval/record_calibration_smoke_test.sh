@@ -73,7 +73,8 @@ for r in rows:
         bad.append(f"{r['round']} {r['load']} {r['cap']}: perf {r['perf']}")
     if r["round"] == 1 and r["ipi_skips_per_s"] is None:
         bad.append(f"{r['load']} {r['cap']}: perf counted no sched_wake_idle_without_ipi")
-    if not 0.1 < r["seconds"] < 30:
+    # The pipe runs PIPE_LOOPS round trips (3000: under 0.1 s here); the others LOAD_SECONDS (0.3).
+    if not (0 < r["seconds"] < 30 and (r["load"] == "pipe" or r["seconds"] >= 0.27)):
         bad.append(f"{r['load']} {r['cap']}: ran {r['seconds']} s")
     if r["load"] == "pipe" and not (isinstance(r.get("us_per_op"), float) and r["us_per_op"] > 0):
         bad.append(f"pipe {r['cap']}: no us/op")
@@ -85,7 +86,8 @@ for cell in ("pipe-10000", "db-50000"):
     base = os.path.join(traces, cell)
     for suffix in (".counters.before", ".counters.after", ".wall_us", ".idle.txt"):
         assert os.path.isfile(base + suffix), base + suffix
-    assert int(open(base + ".wall_us").read()) > 50000, cell
+    wall_us = int(open(base + ".wall_us").read())
+    assert wall_us > 0 and (cell != "db-50000" or wall_us >= 270000), (cell, wall_us)
     lines = open(base + ".idle.txt").read().splitlines()
     periods = [l for l in lines if l and not l.startswith("#")]
     assert lines[0].startswith("# haltpolld record:") and lines[-1].startswith("# end:"), (cell, lines[:1], lines[-1:])
