@@ -199,10 +199,9 @@ CPUIDLE="$R/sys/devices/system/cpu/cpuidle"
 G="$CPUIDLE/current_governor"
 PROC_STAT="$R/proc/stat"
 
-# sysfs_write <value> <file>: every write of a parameter, the governor or a kernel setting. In smoke
-# mode, a file outside the fake root (or in a real sysfs or procfs) ends the run before it is written.
+# sysfs_write <value> <file>: guest_write (scripts/lib) with this run's fake root, empty in a real run.
 sysfs_write() {
-  if [ "$SMOKE" = 1 ]; then fake_root_write "$SYSROOT" eval-kernel "$1" "$2"; else echo "$1" > "$2"; fi
+  guest_write "$R" eval-kernel "$1" "$2"
 }
 
 if [ "$SMOKE" != 1 ]; then

@@ -60,7 +60,7 @@ P="$R/sys/module/haltpoll/parameters"
 CPUIDLE="$R/sys/devices/system/cpu/cpuidle"
 G="$CPUIDLE/current_governor"
 # put <value> <file>: every write of a parameter or the governor (in smoke mode, under the fake root only).
-put() { if [ "$SMOKE" = 1 ]; then fake_root_write "$R" record-calibration "$1" "$2"; else echo "$1" > "$2"; fi; }
+put() { guest_write "$R" record-calibration "$1" "$2"; }
 NAMES=(guest_halt_poll_ns guest_halt_poll_grow guest_halt_poll_grow_start guest_halt_poll_shrink
        guest_halt_poll_allow_shrink)
 B="$BUILD/bench"
@@ -72,18 +72,17 @@ for bin in "$B/bench_load_rr" "$B/bench_load_timer" "$B/bench_load_poisson"; do
   [ -x "$bin" ] || { echo "record-calibration: $bin missing; build the bench_load_* targets" >&2; exit 1; }
 done
 command -v perf >/dev/null || { echo "record-calibration: perf (linux-perf) missing" >&2; exit 1; }
+# The loads load_argv (below) runs; LOADS and TRACE_CELLS name nothing else.
+KNOWN_LOADS="pipe rr db timer poisson idle"
+is_load() { [[ " $KNOWN_LOADS " == *" $1 "* ]]; }
 for load in $LOADS; do
-  case "$load" in
-    pipe | rr | db | timer | poisson | idle) ;;
-    *) echo "record-calibration: LOADS: $load: expected one of pipe rr db timer poisson idle" >&2; exit 1 ;;
-  esac
+  is_load "$load" || { echo "record-calibration: LOADS: $load: expected one of $KNOWN_LOADS" >&2; exit 1; }
 done
 for cell in $TRACE_CELLS; do
-  case "$cell" in
-    pipe:[0-9]* | rr:[0-9]* | db:[0-9]* | timer:[0-9]* | poisson:[0-9]* | idle:[0-9]*)
-      [ -z "$(echo "${cell#*:}" | tr -d 0-9)" ] || { echo "record-calibration: TRACE_CELLS: $cell: the cap is not a number" >&2; exit 1; } ;;
-    *) echo "record-calibration: TRACE_CELLS: $cell: expected load:cap with a load of pipe rr db timer poisson idle" >&2; exit 1 ;;
-  esac
+  if [[ "$cell" != *:* ]] || ! is_load "${cell%%:*}"; then
+    echo "record-calibration: TRACE_CELLS: $cell: expected load:cap with a load of $KNOWN_LOADS" >&2; exit 1
+  fi
+  [[ "${cell#*:}" =~ ^[0-9]+$ ]] || { echo "record-calibration: TRACE_CELLS: $cell: the cap is not a number" >&2; exit 1; }
 done
 if [ -n "$TRACE_CELLS" ]; then
   [ -x "$HALTPOLLD" ] || { echo "record-calibration: $HALTPOLLD missing (TRACE_CELLS records with it; build haltpolld or set HALTPOLLD)" >&2; exit 1; }
