@@ -107,6 +107,8 @@ restore() {
     [ "$(cat "$P/$n")" = "${FOUND[$n]}" ] || { echo "record-calibration: $n NOT restored" >&2; rc=1; }
   done
   echo "record-calibration: put back $(for n in "${NAMES[@]}"; do printf '%s=%s ' "$n" "$(cat "$P/$n")"; done)governor=$(cat "$G")" >&2
+  # A fake root this run made for itself (smoke mode without CAL_FAKE_ROOT) goes with it.
+  if [ "$SMOKE" = 1 ] && [ -z "${CAL_FAKE_ROOT:-}" ]; then rm -rf "$R"; fi
   exit $rc
 }
 trap restore EXIT INT TERM
